@@ -1,0 +1,116 @@
+"""Decentralized protocols on a communication graph: D-PSGD and plain gossip averaging.
+
+Messages are node broadcasts of kind ``model`` (D-PSGD) or ``value`` (gossip averaging), one
+batch per gossip step, plaintext, delivered along every directed edge of the graph.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from bench.errors import require, require_positive_int
+from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, State, check_batch, check_lr
+from bench.simulation.messages import MessageBatch
+
+if TYPE_CHECKING:
+    from bench.data.stacked import NodeBatch
+
+
+class _Gossiping(Protocol):
+    def gossip(self, t: int, state: State, x: torch.Tensor, steps: int, kind: str) -> torch.Tensor:
+        """``steps`` synchronous gossip steps ``x ← W x`` through the channel (Boyd et al. 2006)."""
+        assert self.sim is not None
+        for k in range(steps):
+            msgs = MessageBatch.broadcast(t, k, kind, x, self.sim.edges)
+            delivered = self.sim.channel.send(msgs, self.ctx(t, state))
+            x = self.sim.channel.aggregate(self.sim.mixer.mix, x, delivered)
+        return x
+
+
+@PROTOCOLS.register("dpsgd", "D-PSGD: local SGD step(s) then K gossip steps of full models (Lian et al.)")
+class DPSGD(_Gossiping):
+    """D-PSGD (Lian et al. 2017; Pasquini et al. 2023, Algorithm 1).
+
+    Round ``t``: every node takes ``local_steps`` SGD steps (optional momentum ``μ``),
+    ``Θ_v^{t+½} = Θ_v^t − η ∇L(ξ_v^t, Θ_v^t)``, sends ``Θ_v^{t+½}`` to its neighbours and
+    sets ``Θ_v^{t+1} = Σ_u W_vu Θ_u^{t+½}``, repeated for ``gossip_steps`` (K) steps. With the
+    ``uniform`` mixing matrix ``W_vu = 1/|N(v)|`` (self-inclusive), as in Pasquini et al.
+
+    Parameters
+    ----------
+    lr, momentum:
+        Local SGD step ``η`` and heavy-ball momentum ``μ`` (0 disables it).
+    batch_size, local_steps:
+        Minibatch size (``None`` = full batch: D-GD) and local steps per round.
+    gossip_steps:
+        Gossip steps K after the local update.
+    """
+
+    def __init__(
+        self,
+        lr: float = 0.1,
+        batch_size: int | None = None,
+        local_steps: int = 1,
+        gossip_steps: int = 1,
+        momentum: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.lr = check_lr(lr)
+        self.batch_size = check_batch(batch_size)
+        self.local_steps = require_positive_int(local_steps, "protocol.local_steps")
+        self.gossip_steps = require_positive_int(gossip_steps, "protocol.gossip_steps")
+        require(0 <= momentum < 1, "protocol.momentum", momentum, "must be in [0, 1)")
+        self.momentum = float(momentum)
+
+    @property
+    def batch_plan(self) -> BatchPlan:
+        return BatchPlan(self.batch_size, self.local_steps)
+
+    def init_state(self, theta0: torch.Tensor) -> State:
+        state = {"theta": theta0.clone()}
+        if self.momentum:
+            state["momentum"] = torch.zeros_like(theta0)
+        return state
+
+    def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
+        assert batch is not None
+        half, loss = self.local_sgd(t, state, state["theta"], batch, self.lr, self.momentum)
+        state["theta"] = self.gossip(t, state, half, self.gossip_steps, "model")
+        return {"loss": loss}
+
+
+@PROTOCOLS.register("gossip_averaging", "synchronous gossip averaging x <- W x of fixed private vectors")
+class GossipAveraging(_Gossiping):
+    """Gossip averaging (Boyd et al. 2006; the El Mrini et al. 2024 attack setting).
+
+    Node ``v``'s private vector ``x_v`` is the mean of its local samples (flattened; with one
+    sample per node, the sample itself). Every round each node broadcasts its current value and
+    averages: ``X^{k+1} = W X^k``, so ``X^k = W^k X^0 → x̄`` at rate ``(1 − γ)^k`` where ``γ`` is
+    the spectral gap of a symmetric doubly-stochastic ``W``.
+
+    Parameters
+    ----------
+    gossip_steps:
+        Gossip steps per round (each is recorded as one message batch).
+    """
+
+    uses_data = False
+
+    def __init__(self, gossip_steps: int = 1) -> None:
+        super().__init__()
+        self.gossip_steps = require_positive_int(gossip_steps, "protocol.gossip_steps")
+
+    def init_state(self, theta0: torch.Tensor) -> State:
+        assert self.sim is not None
+        data = self.sim.node_data
+        x = data.x.flatten(2).to(device=theta0.device, dtype=theta0.dtype)
+        valid = torch.arange(data.max_local, device=x.device)[None, :] < data.counts.to(x.device)[:, None]
+        values = (x * valid[..., None]).sum(1) / data.counts.to(x.device, x.dtype)[:, None]
+        return {"theta": values, "private": values.clone()}
+
+    def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
+        state["theta"] = self.gossip(t, state, state["theta"], self.gossip_steps, "value")
+        err = (state["theta"] - state["private"].mean(0)).pow(2).sum(1).mean()
+        return {"loss": err}

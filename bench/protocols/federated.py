@@ -1,0 +1,177 @@
+"""Federated protocols with a server: FedSGD and FedAvg.
+
+Both follow the generic cross-device framework of Xu & Neglia (2021), Algorithm 1: in round
+``t`` the server samples clients ``C_s(t)``, broadcasts ``θ(t)``, receives their replies and
+aggregates. Messages: ``global_model`` (server → each sampled client) and ``gradient`` (FedSGD)
+or ``local_model`` (FedAvg) (client → server). All plaintext.
+
+Aggregation weights ``p_c`` over the sampled clients are uniform or proportional to the local
+dataset sizes ``n_c`` (``weighting="samples"``, McMahan et al.).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from bench.data.stacked import CLIENT_STREAM, counter_hash
+from bench.errors import require
+from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, State, check_batch, check_lr
+from bench.registry_utils import require_choice
+from bench.simulation.messages import SERVER, MessageBatch
+
+if TYPE_CHECKING:
+    from bench.data.stacked import NodeBatch
+
+WEIGHTINGS = ("uniform", "samples")
+
+
+class _Federated(Protocol):
+    federated = True
+
+    def __init__(self, lr: float, batch_size: int | None, client_fraction: float, weighting: str) -> None:
+        super().__init__()
+        self.lr = check_lr(lr)
+        self.batch_size = check_batch(batch_size)
+        require(0 < client_fraction <= 1, "protocol.client_fraction", client_fraction, "must be in (0, 1]")
+        self.client_fraction = float(client_fraction)
+        self.weighting = require_choice(weighting, WEIGHTINGS, "protocol.weighting")
+
+    def init_state(self, theta0: torch.Tensor) -> State:
+        # the server's initial model θ(0) is node 0's initialization (all equal with common init)
+        state = {"global": theta0[0].clone()}
+        self.hold_global(state, n=theta0.shape[0])
+        return state
+
+    def hold_global(self, state: State, n: int | None = None) -> None:
+        """After a round every client holds the global model: ``theta[v] = θ(t+1)`` (a view)."""
+        n = n if n is not None else state["theta"].shape[0]
+        state["theta"] = state["global"].unsqueeze(0).expand(n, -1)
+
+    def sample_clients(self, t: int, n: int, device: torch.device) -> torch.Tensor:
+        """``⌈fraction · N⌉`` clients without replacement, from counter-based keys of ``(seed, t)``."""
+        assert self.sim is not None
+        k = max(1, math.ceil(self.client_fraction * n - 1e-9))
+        if k == n:
+            return torch.arange(n, device=device)
+        keys = counter_hash(self.sim.seed, CLIENT_STREAM, t, torch.arange(n))
+        return torch.sort(torch.argsort(keys, stable=True)[:k]).values.to(device)
+
+    def weights(self, clients: torch.Tensor) -> torch.Tensor:
+        assert self.sim is not None
+        counts = self.sim.node_data.counts.to(clients.device)[clients].to(self.sim.dtype)
+        w = torch.ones_like(counts) if self.weighting == "uniform" else counts
+        return w / w.sum()
+
+    def broadcast_global(self, t: int, state: State, clients: torch.Tensor) -> torch.Tensor:
+        """Server → clients: ``θ(t)``; returns what each sampled client received ``[k, P]``."""
+        assert self.sim is not None
+        msgs = MessageBatch.from_one(t, 0, "global_model", SERVER, state["global"], clients)
+        got = self.sim.channel.send(msgs, self.ctx(t, state))
+        # each client receives row edges[i,0] of the payload (an adversary may change it)
+        order = torch.argsort(got.receivers)
+        return got.payload[got.edges[order, 0]]
+
+    def upload(
+        self, t: int, state: State, kind: str, clients: torch.Tensor, payload: torch.Tensor
+    ) -> MessageBatch:
+        assert self.sim is not None
+        msgs = MessageBatch.to_one(t, 1, kind, clients, payload, SERVER)
+        return self.sim.channel.send(msgs, self.ctx(t, state))
+
+    @staticmethod
+    def weighted_mean(own: torch.Tensor, msgs: MessageBatch, weights: torch.Tensor) -> torch.Tensor:
+        """``Σ_c p_c m_c`` over the delivered uploads (rows in client order)."""
+        return weights @ msgs.payload[msgs.edges[:, 0]]
+
+
+@PROTOCOLS.register("fedsgd", "FedSGD: clients send minibatch gradients, the server averages and steps")
+class FedSGD(_Federated):
+    """FedSGD (McMahan et al. 2017): ``θ(t+1) = θ(t) − η Σ_{c∈C_s(t)} p_c ∇L_c(θ(t); ξ_c^t)``.
+
+    Parameters
+    ----------
+    lr:
+        Server step ``η``.
+    batch_size:
+        Client minibatch size; ``None`` = full local batch (the gradient-inversion setting).
+    client_fraction:
+        Fraction of clients sampled per round.
+    weighting:
+        ``"uniform"`` or ``"samples"`` (``p_c ∝ n_c``).
+    """
+
+    def __init__(
+        self,
+        lr: float = 0.1,
+        batch_size: int | None = None,
+        client_fraction: float = 1.0,
+        weighting: str = "uniform",
+    ) -> None:
+        super().__init__(lr, batch_size, client_fraction, weighting)
+
+    @property
+    def batch_plan(self) -> BatchPlan:
+        return BatchPlan(self.batch_size, local_steps=1)
+
+    def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
+        assert self.sim is not None and batch is not None
+        clients = self.sample_clients(t, self.sim.n_nodes, state["global"].device)
+        received = self.broadcast_global(t, state, clients)
+        grads, losses = self.sim.objective.node_grads(
+            received, batch.x[clients, 0], batch.y[clients, 0], batch.mask[clients, 0]
+        )
+        grads = self.sim.hooks.local_gradients(grads, self.ctx(t, state))
+        delivered = self.upload(t, state, "gradient", clients, grads)
+        mean_grad = self.sim.channel.aggregate(self.weighted_mean, received, delivered, self.weights(clients))
+        state["global"] = state["global"] - self.lr * mean_grad
+        self.hold_global(state)
+        return {"loss": losses.mean()}
+
+
+@PROTOCOLS.register(
+    "fedavg", "FedAvg: clients run local SGD (K steps or E epochs), the server averages models"
+)
+class FedAvg(_Federated):
+    """FedAvg (McMahan et al. 2017; Xu & Neglia 2021, Algorithms 1–2).
+
+    Each sampled client starts from ``θ(t)``, runs ``local_steps`` minibatch SGD steps (or
+    ``local_epochs`` passes over its data in batches of ``batch_size``; full batch when
+    ``batch_size=None``) and returns ``θ_c(t)``; the server sets ``θ(t+1) = Σ_c p_c θ_c(t)``.
+    """
+
+    def __init__(
+        self,
+        lr: float = 0.1,
+        batch_size: int | None = None,
+        local_steps: int = 1,
+        local_epochs: int | None = None,
+        client_fraction: float = 1.0,
+        weighting: str = "samples",
+    ) -> None:
+        super().__init__(lr, batch_size, client_fraction, weighting)
+        self.local_steps = int(local_steps)
+        require(self.local_steps >= 1, "protocol.local_steps", local_steps, "must be a positive integer")
+        if local_epochs is not None:
+            require(
+                int(local_epochs) >= 1, "protocol.local_epochs", local_epochs, "must be a positive integer"
+            )
+        self.local_epochs = None if local_epochs is None else int(local_epochs)
+
+    @property
+    def batch_plan(self) -> BatchPlan:
+        return BatchPlan(self.batch_size, self.local_steps, self.local_epochs)
+
+    def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
+        assert self.sim is not None and batch is not None
+        clients = self.sample_clients(t, self.sim.n_nodes, state["global"].device)
+        received = self.broadcast_global(t, state, clients)
+        local, loss = self.local_sgd(t, state, received, batch, self.lr, nodes=clients)
+        delivered = self.upload(t, state, "local_model", clients, local)
+        state["global"] = self.sim.channel.aggregate(
+            self.weighted_mean, received, delivered, self.weights(clients)
+        )
+        self.hold_global(state)
+        return {"loss": loss}
