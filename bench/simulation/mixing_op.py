@@ -10,6 +10,8 @@ messages are an unmodified node broadcast (``m_{u→v} = x_u``) this is ``x⁺ =
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from bench.simulation.messages import MessageBatch
@@ -32,8 +34,10 @@ class GossipMixer:
         self.diag = torch.diagonal(W).clone()
         off = W - torch.diag(self.diag)
         self.sparse = bool((W != 0).float().mean() < sparse_below)
-        self._full = W.to_sparse_csr() if self.sparse else W
-        self._off = off.to_sparse_csr() if self.sparse else off
+        with warnings.catch_warnings():  # "sparse CSR support is in beta": CSR @ dense is all we use
+            warnings.simplefilter("ignore", UserWarning)
+            self._full = W.to_sparse_csr() if self.sparse else W
+            self._off = off.to_sparse_csr() if self.sparse else off
         self._off_dense = off
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> GossipMixer:
