@@ -59,17 +59,23 @@ def test_consensus_distance_matches_pairwise_definition():
     assert consensus_distance(theta[:1]).item() == 0.0
 
 
-def test_mixer_sparse_dense_and_per_edge_layouts_agree():
-    topo = Topology.build("torus", n=25, mixing="uniform")
+@pytest.mark.parametrize(
+    ("name", "n", "mixing"),
+    [("torus", 25, "uniform"), ("star", 9, "metropolis_hastings"), ("random_geometric", 30, "uniform")],
+)
+def test_mixer_sparse_dense_and_per_edge_layouts_agree(name, n, mixing):
+    topo = Topology.build(name, n=n, mixing=mixing)
     W = torch.from_numpy(topo.mixing)
     edges = torch.from_numpy(topo.directed_edges())
-    x = torch.randn(25, 11, dtype=torch.float64)
-    sparse, dense = GossipMixer(W, sparse_below=1.0), GossipMixer(W, sparse_below=0.0)
-    assert sparse.sparse and not dense.sparse
+    x = torch.randn(n, 11, dtype=torch.float64)
+    gather = GossipMixer(W, sparse_below=2.0, block=4)  # width 11 ≥ block: gather kernel, 3 blocks
+    csr = GossipMixer(W, sparse_below=2.0, block=64)  # width 11 < block: CSR kernel
+    dense = GossipMixer(W, sparse_below=0.0)
+    assert gather.sparse and csr.sparse and not dense.sparse
     msgs = MessageBatch.broadcast(0, 0, "model", x, edges)
     ref = W @ x
     noisy = msgs.with_payload(x + 1.0)
-    for mixer in (sparse, dense):
+    for mixer in (gather, csr, dense):
         assert torch.allclose(mixer.mix(x, msgs), ref, atol=1e-14)
         assert torch.allclose(mixer.mix(x, msgs.per_edge()), ref, atol=1e-14)
         # a transformed payload: own value stays, neighbours' messages are the transformed ones

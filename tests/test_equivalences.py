@@ -66,35 +66,44 @@ def test_chain_of_five_influence_through_engine():
     assert Fraction(sim.theta[0, 4].item()).limit_denominator(1000) == Fraction(1, 54)
 
 
+@pytest.mark.parametrize("vectorize", ["vmap", "stacked"])
 @pytest.mark.parametrize(
     ("dataset", "model", "params"),
-    [("two_gaussians", "logreg", {}), ("digits", "logreg", {}), ("digits", "mlp", {"hidden": [20, 12]})],
+    [
+        ("two_gaussians", "logreg", {}),
+        ("digits", "logreg", {}),
+        ("digits", "mlp", {"hidden": [20, 12]}),
+        ("digits", "mlp", {"hidden": [9], "activation": "sigmoid"}),
+        ("linear_regression", "linear", {}),
+    ],
 )
-def test_vectorized_gradients_equal_per_node_modules(dataset, model, params):
-    sim = Simulation(
-        {
-            "dataset": dataset,
-            "model": model,
-            "model_params": params,
-            "nodes": 6,
-            "protocol": "dpsgd",
-            "topology": "ring",
-            "protocol_params": {"batch_size": 5},
-            "common_init": False,
-            **F64,
-        }
-    )
+def test_vectorized_gradients_equal_per_node_modules(dataset, model, params, vectorize):
+    """Both vectorized paths (vmap over functional_call, stacked bmm) equal a per-node loop."""
+    cfg = {
+        "dataset": dataset,
+        "model": model,
+        "model_params": params,
+        "nodes": 6,
+        "protocol": "dpsgd",
+        "topology": "ring",
+        "protocol_params": {"batch_size": 5},
+        "common_init": False,
+        "vectorize": vectorize,
+        **F64,
+    }
+    sim = Simulation(cfg)
+    assert sim.objective.vectorize == vectorize
     batch = sim.batch(0)
     grads, losses = sim.objective.node_grads(sim.theta, batch.x[:, 0], batch.y[:, 0], batch.mask[:, 0])
     for v in range(sim.n_nodes):  # the straightforward reference: one module per node
         module = build_model(model, sim.train_set.input_shape, sim.train_set.n_classes, **params).double()
-        for (name, p), chunk in zip(
-            module.named_parameters(), sim.flat.unflatten(sim.theta[v]).values(), strict=True
-        ):
-            assert name in sim.flat.unflatten(sim.theta[v])
-            p.data.copy_(chunk)
+        named = sim.flat.unflatten(sim.theta[v])
+        for name, p in module.named_parameters():
+            p.data.copy_(named[name])
         out = module(batch.x[v, 0])
-        if out.shape[-1] == 1:
+        if dataset == "linear_regression":
+            loss = ((out.squeeze(-1) - batch.y[v, 0]) ** 2).mean()
+        elif out.shape[-1] == 1:
             loss = torch.nn.functional.binary_cross_entropy_with_logits(
                 out.squeeze(-1), batch.y[v, 0].double()
             )
@@ -104,6 +113,17 @@ def test_vectorized_gradients_equal_per_node_modules(dataset, model, params):
         ref = torch.cat([p.grad.reshape(-1) for p in module.parameters()])
         assert torch.allclose(grads[v], ref, atol=1e-10, rtol=0)
         assert abs(losses[v].item() - loss.item()) < 1e-10
+
+
+def test_stacked_path_is_refused_for_unsupported_architectures():
+    from bench.errors import BenchInputError
+    from bench.simulation.flat import FlatModel
+    from bench.simulation.objective import NodeObjective
+
+    conv = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten(), torch.nn.Linear(72, 10))
+    assert NodeObjective(FlatModel(conv), "cross_entropy").vectorize == "vmap"
+    with pytest.raises(BenchInputError, match="not a Sequential of Linear layers"):
+        NodeObjective(FlatModel(conv), "cross_entropy", vectorize="stacked")
 
 
 def test_fedsgd_full_batch_is_gradient_descent_on_pooled_data():

@@ -127,10 +127,12 @@ class NodeData:
         * ``local_epochs=E`` (epochs mode, Xu & Neglia Alg. 2): each epoch a fresh permutation
           of the local set cut into ``⌈n_i/B⌉`` batches of ``B`` (the last may be smaller).
 
-        ``batch_size=None`` means full batch (``B = n_i``). The same ``(seed, round, node)``
-        always gives the same batch.
+        ``batch_size=None`` (or ``≥ n_i`` for every node) means full batch (``B = n_i``): see
+        :meth:`full_batch`. The same ``(seed, round, node)`` always gives the same batch.
         """
         m = self.max_local
+        if batch_size is None or batch_size >= m:
+            return self.full_batch(local_steps if local_epochs is None else local_epochs)
         b = m if batch_size is None else min(int(batch_size), m)
         draws = local_steps if local_epochs is None else local_epochs
         keys = self.sample_keys(seed, round_, draws)
@@ -147,6 +149,18 @@ class NodeData:
         mask = sorted_keys < _INVALID
         rows = torch.arange(self.n_nodes)[:, None, None]
         return NodeBatch(self.x[rows, order], self.y[rows, order], mask)
+
+    def full_batch(self, steps: int = 1) -> NodeBatch:
+        """Every local sample in every one of ``steps`` steps (full-batch gradient descent).
+
+        The same for every round, so no keys are drawn; samples come in partition order."""
+        valid = torch.arange(self.max_local, device=self.counts.device)[None, :] < self.counts[:, None]
+        expand = (self.n_nodes, steps, *self.x.shape[1:])
+        return NodeBatch(
+            self.x.unsqueeze(1).expand(expand),
+            self.y.unsqueeze(1).expand(self.n_nodes, steps, self.max_local),
+            valid.unsqueeze(1).expand(self.n_nodes, steps, self.max_local),
+        )
 
     def to(self, device: torch.device | str) -> NodeData:
         return NodeData(self.x.to(device), self.y.to(device), self.counts.to(device), self.index.to(device))

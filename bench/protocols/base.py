@@ -96,16 +96,17 @@ class Protocol(ABC):
         for s in range(x.shape[1]):
             grads, losses = self.sim.objective.node_grads(theta, x[:, s], y[:, s], mask[:, s])
             grads = self.sim.hooks.local_gradients(grads, self.ctx(t, state))
+            # a node whose minibatch of this step is empty does not move
             active = mask[:, s].any(dim=1, keepdim=True).to(theta.dtype)
             if momentum:
                 buf = state["momentum"] if nodes is None else state["momentum"][nodes]
-                buf = buf + active * ((momentum - 1.0) * buf + grads)  # m ← μ m + g where active
+                buf = torch.addcmul(buf, active, (momentum - 1.0) * buf + grads)  # m ← μ m + g where active
                 if nodes is None:
                     state["momentum"] = buf
                 else:
                     state["momentum"][nodes] = buf
                 grads = buf
-            theta = theta - lr * active * grads
+            theta = torch.addcmul(theta, active, grads, value=-lr)  # θ − η·active·g, no temporaries
             if first_loss is None:
                 first_loss = losses.mean()
         assert first_loss is not None

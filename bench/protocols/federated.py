@@ -38,6 +38,8 @@ class _Federated(Protocol):
         require(0 < client_fraction <= 1, "protocol.client_fraction", client_fraction, "must be in (0, 1]")
         self.client_fraction = float(client_fraction)
         self.weighting = require_choice(weighting, WEIGHTINGS, "protocol.weighting")
+        self._all: torch.Tensor | None = None
+        self._all_weights: torch.Tensor | None = None
 
     def init_state(self, theta0: torch.Tensor) -> State:
         # the server's initial model θ(0) is node 0's initialization (all equal with common init)
@@ -55,11 +57,23 @@ class _Federated(Protocol):
         assert self.sim is not None
         k = max(1, math.ceil(self.client_fraction * n - 1e-9))
         if k == n:
-            return torch.arange(n, device=device)
+            if self._all is None or self._all.device != device:
+                self._all = torch.arange(n, device=device)
+                self._all_weights = None
+            return self._all
         keys = counter_hash(self.sim.seed, CLIENT_STREAM, t, torch.arange(n))
         return torch.sort(torch.argsort(keys, stable=True)[:k]).values.to(device)
 
     def weights(self, clients: torch.Tensor) -> torch.Tensor:
+        """``p_c`` over the sampled clients (cached under full participation)."""
+        assert self.sim is not None
+        if clients is self._all:
+            if self._all_weights is None:
+                self._all_weights = self._weights(clients)
+            return self._all_weights
+        return self._weights(clients)
+
+    def _weights(self, clients: torch.Tensor) -> torch.Tensor:
         assert self.sim is not None
         counts = self.sim.node_data.counts.to(clients.device)[clients].to(self.sim.dtype)
         w = torch.ones_like(counts) if self.weighting == "uniform" else counts
@@ -70,7 +84,9 @@ class _Federated(Protocol):
         assert self.sim is not None
         msgs = MessageBatch.from_one(t, 0, "global_model", SERVER, state["global"], clients)
         got = self.sim.channel.send(msgs, self.ctx(t, state))
-        # each client receives row edges[i,0] of the payload (an adversary may change it)
+        if got is msgs and got.payload.shape[0] == 1:  # delivered unchanged: one model for all
+            return got.payload.expand(len(clients), -1)
+        # each client receives row edges[i,0] of the payload (a defense or adversary may change it)
         order = torch.argsort(got.receivers)
         return got.payload[got.edges[order, 0]]
 

@@ -12,7 +12,8 @@ class SimulationConfig(BaseModel):
 
     Names (``dataset``, ``model``, ``topology``, ``mixing``, ``protocol``, ``partition``) are
     registry keys; ``*_params`` are passed to the registered factory and checked against its
-    signature.
+    signature. ``eval_local`` adds the mean test accuracy of the local models to each evaluation
+    (it costs one model evaluation per node; the average model's accuracy is always computed).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -36,5 +37,7 @@ class SimulationConfig(BaseModel):
     dtype: Literal["float32", "float64"] = "float32"
     device: str = "auto"
     common_init: bool = True
+    vectorize: Literal["auto", "vmap", "stacked"] = "auto"
+    eval_local: bool = True
     eval_every: int = Field(10, gt=0)
     rounds_per_step: int = Field(1, gt=0)

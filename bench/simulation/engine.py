@@ -115,7 +115,7 @@ class Simulation:
         with torch.no_grad():
             n_out = int(module(train.x[:1].to(self.dtype)).shape[-1])
         self.loss_name = cfg.loss or default_loss(train.n_classes, n_out)
-        self.objective = NodeObjective(self.flat, self.loss_name)
+        self.objective = NodeObjective(self.flat, self.loss_name, cfg.vectorize)
 
         self.topology: Topology | None = None
         self.edges = torch.zeros(0, 2, dtype=torch.long)
@@ -144,6 +144,7 @@ class Simulation:
         self.state = self.protocol.init_state(self._initial_parameters().to(self.device))
         self.round_index = 0
         self.stopped = False
+        self._full_cache: NodeBatch | None = None
 
     # ----------------------------------------------------------------------------- set-up
     def _initial_parameters(self) -> torch.Tensor:
@@ -154,11 +155,25 @@ class Simulation:
         return torch.stack([self.flat.initial(base + v, self.dtype) for v in range(self.n_nodes)])
 
     # ------------------------------------------------------------------------------ rounds
+    @property
+    def full_batch(self) -> bool:
+        """Whether every round uses every local sample (then batches do not depend on ``t``)."""
+        plan = self.protocol.batch_plan
+        return plan.batch_size is None or plan.batch_size >= self.node_data.max_local
+
     def batch(self, t: int) -> NodeBatch | None:
-        """The minibatches of round ``t`` (what the data module yields)."""
+        """The minibatches of round ``t`` (what the data module yields).
+
+        Full-batch rounds return one cached batch on the simulation's device (no sampling, no
+        copy per round)."""
         if not self.protocol.uses_data:
             return None
         plan = self.protocol.batch_plan
+        if self.full_batch:
+            if self._full_cache is None or self._full_cache.x.device != self.device:
+                steps = plan.local_steps if plan.local_epochs is None else plan.local_epochs
+                self._full_cache = self.node_data.full_batch(steps).to(self.device)
+            return self._full_cache
         return self.node_data.round_batch(
             derive_seed(self.seed, "batches"), t, plan.batch_size, plan.local_steps, plan.local_epochs
         )
@@ -201,6 +216,7 @@ class Simulation:
         metrics = {"val_loss": float(self.objective.loss_fn(out_avg, y).mean())}
         if self.train_set.n_classes > 0:
             metrics["val_acc"] = float((predict_labels(out_avg) == y).float().mean())
+        if self.train_set.n_classes > 0 and self.config.eval_local:
             local = self.objective.node_outputs(self.theta, x)
             metrics["val_local_acc"] = float((predict_labels(local) == y).float().mean())
         return metrics

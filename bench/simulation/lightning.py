@@ -6,9 +6,10 @@
   ``EarlyStopping`` on ``val_acc``) runs every ``eval_every`` rounds.
 * :class:`FederationModule` uses manual optimization: one ``training_step`` runs
   ``rounds_per_step`` communication rounds of all nodes (several rounds per step amortize
-  Lightning's per-step overhead on tiny models). It logs ``train_loss`` and the consensus
-  distance ``C(t)`` (Pasquini et al. Eq. 1) every step and ``val_loss``/``val_acc``/
-  ``val_local_acc`` every epoch, to the CSV logger by default.
+  Lightning's per-step overhead on tiny models). It logs ``train_loss`` every step, and the
+  consensus distance ``C(t)`` (Pasquini et al. Eq. 1), ``val_loss``, ``val_acc`` and
+  ``val_local_acc`` every epoch, to the CSV logger by default. Full-batch rounds take their
+  (round-independent) batch from the simulation's device cache instead of the data loader.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from bench.simulation.engine import Simulation
 
 
 class _Rounds(Dataset):
-    """Item ``s`` = batches of rounds ``[s·k, min((s+1)·k, T))`` (``None`` for data-free protocols)."""
+    """Item ``s`` = batches of rounds ``[s·k, min((s+1)·k, T))``.
+
+    Data-free protocols and full-batch rounds (whose batch is the same every round and is kept
+    on the device by the simulation) yield only the round indices."""
 
     def __init__(self, sim: Simulation, rounds: int, per_step: int) -> None:
         self.sim, self.rounds, self.per_step = sim, rounds, per_step
@@ -42,7 +46,7 @@ class _Rounds(Dataset):
     def __getitem__(self, step: int) -> dict[str, Any]:
         start = step * self.per_step
         ts = range(start, min(start + self.per_step, self.rounds))
-        if not self.sim.protocol.uses_data:
+        if not self.sim.protocol.uses_data or self.sim.full_batch:
             return {"rounds": torch.tensor(list(ts))}
         batches = [self.sim.batch(t) for t in ts]
         return {
@@ -108,14 +112,20 @@ class FederationModule(pl.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         metrics: dict[str, torch.Tensor] = {}
         for i in range(len(batch["rounds"])):
-            nb = NodeBatch(batch["x"][i], batch["y"][i], batch["mask"][i]) if "x" in batch else None
+            if "x" in batch:
+                nb: NodeBatch | None = NodeBatch(batch["x"][i], batch["y"][i], batch["mask"][i])
+            else:
+                nb = self.sim.batch(self.sim.round_index)
             metrics = self.sim.run_round(nb)
             if self.sim.stopped:
                 self.trainer.should_stop = True
                 break
-        self.log("round", float(self.sim.round_index), prog_bar=False)
         self.log("train_loss", metrics["loss"].float(), prog_bar=True)
-        self.log("consensus", self.sim.consensus_distance().float(), prog_bar=False)
+
+    def on_train_epoch_end(self) -> None:
+        # C(t) costs a full pass over the stacked state: logged once per epoch (eval_every rounds)
+        self.log("round", float(self.sim.round_index))
+        self.log("consensus", self.sim.consensus_distance().float())
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         if not self.sim.protocol.uses_data:

@@ -4,8 +4,25 @@ For node ``v`` with minibatch ``ξ_v`` (mask ``m_v``) the local objective is the
 
     L_v(θ) = Σ_j m_vj ℓ(f_θ(x_vj), y_vj) / max(1, Σ_j m_vj),
 
-and :meth:`NodeObjective.node_grads` returns ``∇L_v(θ_v)`` for every ``v`` at once with
-``vmap(grad_and_value(L))`` over the stacked parameters ``θ: [N, P]``.
+and :meth:`NodeObjective.node_grads` returns ``∇L_v(θ_v)`` for every ``v`` at once.
+
+How: the rows of ``θ: [N, P]`` are viewed as named parameter leaves ``[N, *shape]``, the losses
+of all nodes are evaluated with ``vmap`` over ``functional_call`` and one reverse pass of
+``Σ_v L_v`` gives every ``∇L_v`` (node ``v``'s loss depends on row ``v`` only, so the gradient of
+the sum with respect to row ``v`` is ``∇L_v(θ_v)``). Differentiating with respect to named
+leaves, not the flat vector, avoids one zero-filled ``[N, P]`` buffer per parameter tensor in
+the backward pass of the slicing; it is the same arithmetic as ``vmap(grad(L))`` with less
+transform overhead (``tests/test_equivalences.py`` checks it against per-node modules).
+
+Two interchangeable forward paths evaluate all nodes' losses:
+
+* ``"vmap"`` — ``torch.func.vmap`` over ``functional_call``: works for any buffer-free module.
+* ``"stacked"`` — for an ``nn.Sequential`` of ``Flatten``/``Linear``/elementwise activations,
+  the batched matrix products that ``vmap`` would produce (``baddbmm`` over the node dimension),
+  written directly. torch.func's per-operator dispatch costs several times the arithmetic of
+  small models (logistic regression on 60 nodes: ≈ 0.3 ms against ≈ 0.08 ms per gradient), so
+  ``"auto"`` uses this path whenever the architecture allows it. Both paths are tested to agree
+  in float64.
 """
 
 from __future__ import annotations
@@ -14,8 +31,10 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch.func import grad_and_value, vmap
+from torch import nn
+from torch.func import functional_call, vmap
 
+from bench.errors import BenchInputError
 from bench.registry import Registry
 from bench.simulation.flat import FlatModel
 
@@ -50,13 +69,81 @@ def predict_labels(out: torch.Tensor) -> torch.Tensor:
     return (out.squeeze(-1) > 0).long() if out.shape[-1] == 1 else out.argmax(-1)
 
 
-class NodeObjective:
-    """Masked minibatch loss of an architecture, with vectorized per-node gradients."""
+_ELEMENTWISE = (nn.ReLU, nn.Sigmoid, nn.Tanh, nn.Identity, nn.LeakyReLU, nn.ELU, nn.GELU, nn.Softplus)
+VECTORIZE = ("auto", "vmap", "stacked")
 
-    def __init__(self, model: FlatModel, loss: str | LossFn) -> None:
+
+def stackable(module: nn.Module) -> bool:
+    """Whether ``module`` is a Sequential of Flatten(1, -1), Linear and elementwise activations."""
+    if not isinstance(module, nn.Sequential):
+        return False
+    for layer in module:
+        if isinstance(layer, nn.Flatten):
+            if layer.start_dim != 1 or layer.end_dim != -1:
+                return False
+        elif not isinstance(layer, (nn.Linear, *_ELEMENTWISE)):
+            return False
+    return True
+
+
+def stacked_forward(module: nn.Sequential, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """Outputs ``[N, B, out]`` of ``N`` stacked models on their own inputs ``x [N, B, ...]``.
+
+    ``Linear`` with stacked ``W [N, out, in]``, ``b [N, out]``: ``h ← b + h Wᵀ`` per node
+    (``torch.baddbmm``); ``Flatten`` flattens the per-sample dims; activations act elementwise.
+    """
+    h = x
+    for name, layer in module.named_children():
+        if isinstance(layer, nn.Flatten):
+            h = h.flatten(2)
+        elif isinstance(layer, nn.Linear):
+            weight = params[f"{name}.weight"].transpose(1, 2)
+            bias = params.get(f"{name}.bias")
+            h = torch.bmm(h, weight) if bias is None else torch.baddbmm(bias.unsqueeze(1), h, weight)
+        else:
+            h = layer(h)
+    return h
+
+
+class NodeObjective:
+    """Masked minibatch loss of an architecture, with vectorized per-node gradients.
+
+    Parameters
+    ----------
+    model:
+        The architecture on flat parameters.
+    loss:
+        A registered loss name or a per-sample loss function ``(out, y) -> [B]``.
+    vectorize:
+        ``"auto"`` (stacked matrix products when the architecture allows, else vmap),
+        ``"vmap"`` or ``"stacked"``.
+    """
+
+    def __init__(self, model: FlatModel, loss: str | LossFn, vectorize: str = "auto") -> None:
         self.model = model
         self.loss_fn: LossFn = LOSSES.get(loss, field="loss") if isinstance(loss, str) else loss
-        self._grad = vmap(grad_and_value(self.batch_loss))
+        if vectorize not in VECTORIZE:
+            raise BenchInputError("vectorize", vectorize, choices=VECTORIZE)
+        can_stack = stackable(model.module)
+        if vectorize == "stacked" and not can_stack:
+            raise BenchInputError(
+                "vectorize",
+                vectorize,
+                reason=f"{type(model.module).__name__} is not a Sequential of Linear layers",
+            )
+        self.vectorize = (
+            "stacked" if vectorize == "stacked" or (vectorize == "auto" and can_stack) else "vmap"
+        )
+        self._losses = self._stacked_losses if self.vectorize == "stacked" else vmap(self._named_loss)
+
+    def _stacked_losses(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        out = stacked_forward(self.model.module, params, x)  # [N, B, out]
+        n, b = out.shape[:2]
+        losses = self.loss_fn(out.reshape(n * b, -1), y.reshape(n * b)).reshape(n, b)
+        w = mask.to(losses.dtype)
+        return (losses * w).sum(1) / w.sum(1).clamp_min(1.0)
 
     def batch_loss(
         self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
@@ -66,11 +153,23 @@ class NodeObjective:
         w = mask.to(losses.dtype)
         return (losses * w).sum() / w.sum().clamp_min(1.0)
 
+    def _named_loss(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        losses = self.loss_fn(functional_call(self.model.module, params, (x,)), y)
+        w = mask.to(losses.dtype)
+        return (losses * w).sum() / w.sum().clamp_min(1.0)
+
     def node_grads(
         self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-node gradients ``[N, P]`` and losses ``[N]`` (nodes stacked on dim 0)."""
-        return self._grad(theta, x, y, mask)
+        with torch.enable_grad():
+            leaves = {k: v.detach().requires_grad_(True) for k, v in self.model.unflatten(theta).items()}
+            losses = self._losses(leaves, x, y, mask)
+            grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
+        n = theta.shape[0]
+        return torch.cat([g.reshape(n, -1) for g in grads], dim=1), losses.detach()
 
     def node_outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Outputs of every node's model on shared inputs ``x``: ``[N, n, out]``."""
