@@ -1,0 +1,85 @@
+"""The attack contract.
+
+An attack sees only a :class:`~bench.threats.View` (the messages its threat model observes, its
+coalition's own data and states, and declared public knowledge) and returns
+:class:`Reconstruction`s. It never receives ground truth: the harness pairs each reconstruction
+with the true data of ``(node, round)`` and scores it with the attack's metrics.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from bench.registry import Registry
+from bench.threats import View
+
+ATTACKS: Registry = Registry("attack")
+
+
+class AttackError(RuntimeError):
+    """The attack cannot run on this View (a needed quantity is missing or the protocol's
+    assumptions do not hold). Recorded with the job; never a silent zero."""
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What an attack needs recorded: ``rounds`` (communication rounds) and message ``kinds``
+    (``None`` = every kind)."""
+
+    rounds: tuple[int, ...]
+    kinds: tuple[str, ...] | None = None
+
+
+@dataclass
+class Reconstruction:
+    """An attack's guess about the local data that node ``node`` used in round ``round``.
+
+    Attributes
+    ----------
+    node, round:
+        Whose data, and which round's minibatch.
+    x:
+        Reconstructed inputs ``[B, *input_shape]`` in the model's (normalized) input space, or
+        ``None`` when the attack reconstructs labels only.
+    y:
+        Guessed labels ``[B]`` (``None`` when the attack guesses none).
+    extra:
+        Attack-specific diagnostics (final matching loss, iterations, …); numbers only.
+    """
+
+    node: int
+    round: int
+    x: torch.Tensor | None = None
+    y: torch.Tensor | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Attack(ABC):
+    """Base class of registered attacks.
+
+    Class attributes
+    ----------------
+    threats:
+        Threat models (``bench.threats`` names) the attack applies to.
+    metrics:
+        Registered metric names computed on its reconstructions; the first is the headline
+        whose normalized leakage enters the privacy score.
+    """
+
+    threats: ClassVar[tuple[str, ...]] = ()
+    metrics: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def requirements(self) -> Requirement:
+        """The rounds and message kinds the transcript must keep for this attack."""
+
+    @abstractmethod
+    def run(self, view: View) -> list[Reconstruction]:
+        """Attack the View; raise :class:`AttackError` when it cannot apply."""
+
+    def params(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}

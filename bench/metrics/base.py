@@ -1,0 +1,63 @@
+"""The metric contract: ``(reconstructions, ground truth) -> numbers`` plus the documented map of
+the headline number to a normalized leakage in ``[0, 1]`` (0 = no better than a
+data-independent guess, 1 = perfect)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from bench.attacks.base import Reconstruction
+from bench.registry import Registry
+
+METRICS: Registry = Registry("metric")
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The true minibatch node ``node`` used in round ``round``: ``x [B, *input_shape]``
+    (normalized input space) and ``y [B]``."""
+
+    node: int
+    round: int
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    """What metrics need to know about the data, from the harness (never from the attack).
+
+    Attributes
+    ----------
+    mean, std:
+        Normalization constants: ``raw = x * std + mean`` (per channel or scalar).
+    n_classes:
+        Number of classes (0 for regression).
+    prior_x:
+        The data-independent guess of an input: the mean training input ``[*input_shape]``
+        (normalized space). Leakage is measured relative to this guess.
+    is_image:
+        Whether inputs are images ``[C, H, W]`` (image metrics apply).
+    """
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    n_classes: int
+    prior_x: torch.Tensor
+    is_image: bool
+
+
+class Metric(ABC):
+    """A registered metric. ``compute`` returns raw numbers including the key ``headline``;
+    ``leakage`` maps those numbers to ``[0, 1]`` by the rule documented in the docstring."""
+
+    @abstractmethod
+    def compute(self, recs: list[Reconstruction], truths: list[Truth], info: DataInfo) -> dict[str, float]:
+        """Raw metric values over all reconstructions (``truths[i]`` pairs with ``recs[i]``)."""
+
+    @abstractmethod
+    def leakage(self, values: dict[str, float]) -> float:
+        """Normalized leakage in ``[0, 1]`` from :meth:`compute`'s output."""
