@@ -25,15 +25,36 @@ COMMANDS: Registry = Registry("command")
 EXIT_BAD_INPUT = 2
 
 
-def _catalogues() -> dict[str, Registry]:
+def _catalogues(root: Path | None = None) -> dict[str, Any]:
+    from bench.attacks import ATTACKS, analytic, dlg, gradient_recovery  # noqa: F401  (registration)
+    from bench.catalog import Catalog, bench_root
     from bench.data import DATASETS, PARTITIONS
+    from bench.defenses_api import DEFENSES, load_all_defenses
+    from bench.metrics import METRICS, image, labels, vector  # noqa: F401  (registration)
     from bench.models import MODELS
     from bench.protocols import PROTOCOLS
     from bench.simulation.objective import LOSSES
     from bench.threats import THREATS
     from bench.topology import GRAPHS, MIXINGS
 
+    root = root or bench_root()
+    load_all_defenses(root)
+    catalog = Catalog(root)
+    tasks = [(n, _first_line(catalog.task(n).description)) for n in catalog.task_names()]
+    suites = [
+        (
+            n,
+            f"{len(s.tasks)} tasks x {len(s.defenses)} defense configs x {s.seeds} seeds. "
+            + _first_line(s.description),
+        )
+        for n, s in catalog.suites().items()
+    ]
     return {
+        "tasks": tasks,
+        "suites": suites,
+        "attacks": ATTACKS,
+        "defenses": DEFENSES,
+        "metrics": METRICS,
         "datasets": DATASETS,
         "partitions": PARTITIONS,
         "models": MODELS,
@@ -43,6 +64,11 @@ def _catalogues() -> dict[str, Registry]:
         "protocols": PROTOCOLS,
         "threats": THREATS,
     }
+
+
+def _first_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text.split(". ")[0][:100]
 
 
 def _parse_value(text: str) -> Any:
@@ -80,16 +106,106 @@ def _load_config(path: str) -> dict[str, Any]:
     return data
 
 
-@COMMANDS.register("list", "list the registered datasets, models, topologies, protocols, threats …")
+@COMMANDS.register("list", "list tasks, suites, attacks, defenses, metrics, datasets, models, protocols …")
 def cmd_list(args: argparse.Namespace) -> int:
-    cats = _catalogues()
+    from bench.catalog import bench_root
+
+    cats = _catalogues(bench_root(args.root))
     kinds = [args.kind] if args.kind else list(cats)
     for kind in kinds:
         if kind not in cats:
             raise BenchInputError("kind", kind, choices=cats)
         print(f"{kind}:")
-        for name, desc in cats[kind].describe():
-            print(f"  {name:<24} {desc}")
+        entries = cats[kind] if isinstance(cats[kind], list) else cats[kind].describe()
+        for name, desc in entries:
+            print(f"  {name:<32} {desc}")
+    return 0
+
+
+def parse_defense(text: str) -> Any:
+    """``name`` or ``name:key=value,key=value`` → a :class:`~bench.specs.DefenseSpec`."""
+    from pydantic import ValidationError
+
+    from bench.specs import DefenseSpec
+
+    name, _, rest = text.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        if "=" not in item:
+            raise BenchInputError(
+                "--defense", text, reason="parameters are key=value, e.g. gaussian_noise:sigma=0.5"
+            )
+        key, value = item.split("=", 1)
+        params[key.strip()] = _parse_value(value)
+    try:
+        return DefenseSpec(name=name.strip(), params=params)
+    except ValidationError:
+        raise BenchInputError("--defense", text, reason="expected NAME or NAME:key=value,...") from None
+
+
+@COMMANDS.register("evaluate", "run tasks under defenses, attack them, store, score and rank; write the page")
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from bench.catalog import Catalog, bench_root
+    from bench.results.store import ResultStore
+    from bench.runner.grid import expand_grid, run_grid
+    from bench.runner.job import validate_run
+    from bench.scoring import entry_table, format_table, tables_by_track
+    from bench.simulation.lightning import quiet_lightning
+    from bench.site import write_site
+
+    root = bench_root(args.root)
+    catalog = Catalog(root)
+    suite = catalog.suite(args.suite)
+    tasks = args.task or suite.tasks
+    for t in tasks:
+        catalog.task(t)  # unknown names fail here, before anything runs
+    if args.defense:
+        chosen = []
+        for text in args.defense:
+            spec = parse_defense(text)
+            same = [d for d in suite.defenses if d.name == spec.name]
+            chosen.extend(same if (":" not in text and same) else [spec])
+        defenses = chosen
+    else:
+        defenses = suite.defenses
+    if args.seeds is not None and args.seeds <= 0:
+        raise BenchInputError("--seeds", args.seeds, reason="must be a positive integer")
+    seeds = args.seeds or suite.seeds
+    if args.jobs <= 0:
+        raise BenchInputError("--jobs", args.jobs, reason="must be a positive integer")
+    out = Path(args.out) if args.out else root / "runs"
+    store_url = args.store or str(out / "results.sqlite")
+    specs = expand_grid(catalog, tasks, defenses, seeds)
+    for spec in {(s.task.name, s.defense.label): s for s in specs}.values():
+        validate_run(spec, root)
+    store = ResultStore(store_url)
+    quiet_lightning()
+    start = time.perf_counter()
+    ran, skipped = run_grid(specs, store, root, jobs=args.jobs, progress=not args.no_progress)
+    wall = time.perf_counter() - start
+    results = [r for r in store.results() if r.task in set(tasks)]
+    df = entry_table(results)
+    tables = tables_by_track(df)
+    for track, table in tables.items():
+        baseline = table["baseline_utility"].iloc[0] if len(table) else float("nan")
+        metric = table["utility_metric"].iloc[0] if len(table) else "utility"
+        note = f" (undefended {metric}: {baseline:.3f})" if baseline == baseline else ""
+        print(f"\n== {track}{note} ==")
+        print(format_table(table))
+    site_dir = Path(args.site) if args.site else root / "leaderboard" / "site"
+    page = write_site(
+        tables,
+        site_dir,
+        {
+            "suite": suite.name,
+            "store": store_url,
+            "jobs": len(results),
+            "generated_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        },
+    )
+    failed = sum(r.status == "failed" for r in results)
+    print(f"\n{ran} jobs run, {skipped} already in the store, {failed} failed; {wall:.1f} s")
+    print(f"store: {store_url}\npage:  {page}")
     return 0
 
 
@@ -147,8 +263,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p_list = sub.add_parser("list", help=COMMANDS.describe()[0][1])
-    p_list.add_argument("kind", nargs="?", help="datasets, models, topologies, mixings, protocols, threats …")
+    p_list = sub.add_parser("list", help="list tasks, suites, attacks, defenses, metrics, protocols …")
+    p_list.add_argument(
+        "kind", nargs="?", help="tasks, suites, attacks, defenses, metrics, datasets, models …"
+    )
+    p_list.add_argument(
+        "--root", help="benchmark root with tasks/ and defenses/ (default: BENCH_ROOT or repo)"
+    )
+    p_eval = sub.add_parser(
+        "evaluate", help="evaluate defenses on a suite: run, attack, score, rank, write the page"
+    )
+    p_eval.add_argument("--suite", default="quick", help="suite from tasks/suites.yaml (default: quick)")
+    p_eval.add_argument("--task", action="append", help="only these tasks (repeatable)")
+    p_eval.add_argument(
+        "--defense",
+        action="append",
+        metavar="NAME[:k=v,...]",
+        help="only these defenses, e.g. none, gaussian_noise, gaussian_noise:sigma=0.5",
+    )
+    p_eval.add_argument("--seeds", type=int, help="number of seeds (default: the suite's)")
+    p_eval.add_argument("--store", help="results store: an SQLAlchemy URL or a SQLite file path")
+    p_eval.add_argument(
+        "--out", help="output folder (default: ROOT/runs); the store defaults to OUT/results.sqlite"
+    )
+    p_eval.add_argument("--site", help="folder for the leaderboard page (default: ROOT/leaderboard/site)")
+    p_eval.add_argument("--jobs", type=int, default=1, help="parallel jobs (process pool)")
+    p_eval.add_argument("--root", help="benchmark root with tasks/ and defenses/")
+    p_eval.add_argument("--no-progress", action="store_true")
     p_sim = sub.add_parser("simulate", help="run one protocol and print utility and consensus")
     p_sim.add_argument("--config", help="YAML file with SimulationConfig fields")
     for key, typ in (

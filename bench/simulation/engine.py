@@ -36,6 +36,10 @@ from bench.topology import Topology
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite; the job is recorded as failed with this reason."""
+
+
 def derive_seed(seed: int, tag: str) -> int:
     """An independent seed for one purpose (``tag``) of a run, stable across versions."""
     code = sum((i + 1) * ord(c) for i, c in enumerate(tag))
@@ -141,6 +145,7 @@ class Simulation:
         self.channel = Channel(self.hooks, adversary, self.transcript)
 
         self.protocol.bind(self)
+        self.hooks.bind(self)
         self.state = self.protocol.init_state(self._initial_parameters().to(self.device))
         self.round_index = 0
         self.stopped = False
@@ -178,14 +183,29 @@ class Simulation:
             derive_seed(self.seed, "batches"), t, plan.batch_size, plan.local_steps, plan.local_epochs
         )
 
+    def ground_truth(self, node: int, round_: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """The minibatch ``(x, y)`` node ``node`` used in round ``round_``, local step ``step``.
+
+        For the harness and metrics only — never passed to an attack."""
+        batch = self.batch(round_)
+        if batch is None:
+            n = int(self.node_data.counts[node])
+            return self.node_data.x[node, :n], self.node_data.y[node, :n]
+        mask = batch.mask[node, step].cpu()
+        return batch.x[node, step].cpu()[mask], batch.y[node, step].cpu()[mask]
+
     def run_round(self, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
-        """Advance all nodes by one communication round."""
+        """Advance all nodes by one communication round.
+
+        Raises :class:`TrainingDiverged` when the round's loss is not finite."""
         t = self.round_index
         if self.transcript.wants(t):
             self.transcript.record_states(t, self.state["theta"])
         if batch is not None:
             batch = batch.to(self.device)
         metrics = self.protocol.round(t, self.state, batch)
+        if not bool(torch.isfinite(metrics["loss"])):
+            raise TrainingDiverged(f"training diverged: the loss is {float(metrics['loss'])} in round {t}")
         self.round_index += 1
         if self.hooks.should_stop(RoundContext(t, self.state, self)):
             self.stopped = True
@@ -234,6 +254,9 @@ class Simulation:
                 "params": dict(self.config.model_params),
                 "loss": self.loss_name,
                 "flat_model": self.flat,
+                "input_shape": self.train_set.input_shape,
+                "n_classes": self.train_set.n_classes,
+                "common_init": self.config.common_init,
             },
         }
         if self.topology is not None:

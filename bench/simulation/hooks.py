@@ -31,6 +31,9 @@ class RoundContext:
 class DefenseHooks:
     """Identity hooks; a defense overrides the ones it needs."""
 
+    def bind(self, sim: Any) -> None:
+        """Called once by the simulation after it is built (seed, device and dtype are known)."""
+
     def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
         """Per-node gradients ``[N, P]`` before the local update (e.g. clipping, noise)."""
         return grads
@@ -53,6 +56,10 @@ class HookChain(DefenseHooks):
 
     def __init__(self, hooks: Sequence[DefenseHooks] = ()) -> None:
         self.hooks = list(hooks)
+
+    def bind(self, sim: Any) -> None:
+        for h in self.hooks:
+            h.bind(sim)
 
     def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
         for h in self.hooks:

@@ -1,0 +1,126 @@
+"""Analytic input recovery from a one-sample gradient of a linear model (logistic regression)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
+from bench.attacks.gradient_recovery import MODEL_KIND, recover_neighbor_gradients
+from bench.attacks.gradients import architecture, first_payloads
+from bench.simulation.flat import FlatModel
+from bench.threats import View
+
+
+def linear_slots(model: FlatModel, input_shape: tuple[int, ...]) -> tuple[str, str]:
+    """Parameter names ``(weight, bias)`` of the single ``Linear`` layer of ``model``.
+
+    Raises
+    ------
+    AttackError
+        Unless the model is ``nn.Sequential(Flatten(), Linear(d, k))`` (a ``Flatten`` may be
+        omitted for vector inputs; ``Identity`` layers are ignored) with a bias.
+    """
+    module = model.module
+    what = "the analytic attack needs a single Linear layer with bias (logistic/linear regression)"
+    if not isinstance(module, nn.Sequential):
+        raise AttackError(f"{what}; the model is a {type(module).__name__}")
+    linear, flattened = None, len(input_shape) == 1
+    for name, layer in module.named_children():
+        if isinstance(layer, nn.Flatten) and linear is None and layer.start_dim == 1 and layer.end_dim == -1:
+            flattened = True
+        elif isinstance(layer, nn.Linear) and linear is None:
+            linear = name
+        elif not isinstance(layer, nn.Identity):
+            raise AttackError(f"{what}; the model has a {type(layer).__name__} layer ({name!r})")
+    if linear is None or getattr(module, linear).bias is None:
+        raise AttackError(f"{what}; the model has no Linear layer with a bias")
+    if not flattened:
+        raise AttackError(f"{what} on flattened inputs; inputs of shape {input_shape} are not flattened")
+    return f"{linear}.weight", f"{linear}.bias"
+
+
+@ATTACKS.register(
+    "analytic_logreg", "exact input from a one-sample logistic-regression gradient: x = grad_w / grad_b"
+)
+class AnalyticLogReg(Attack):
+    """Analytic input reconstruction for logistic regression with one sample per gradient.
+
+    For ``f(x) = Wx + b`` and a per-sample loss ``ℓ(z, y)`` of the logits ``z``, the gradient of
+    one sample is ``∇_W ℓ = (∂ℓ/∂z) xᵀ`` and ``∇_b ℓ = ∂ℓ/∂z``, so any class row ``c`` with
+    ``∂ℓ/∂z_c ≠ 0`` gives the input exactly:
+
+        x̂ = ∇_{W_c} ℓ / ∂ℓ/∂b_c
+
+    (Yu, MSc thesis 2023, §5.4 Eq. 5.12–5.13; Yu et al., TIFS 2025, §VI / Eq. 22–23: the
+    centralized case ``x = ∇_w f_i / ∂_b f_i``). With one logit (binary) ``c = 0``; with ``k``
+    logits (multinomial) the row with the largest ``|∂ℓ/∂b_c|`` (numerically the safest, it is
+    the true class for cross-entropy at initialization). The sign of the bias gradient also
+    gives the label (``∂ℓ/∂z_c = p_c − 1{c = y}``): ``y = 1`` iff ``∂ℓ/∂b < 0`` with one logit,
+    ``y = argmin_c ∂ℓ/∂b_c`` with softmax (iDLG, Zhao et al. 2020), returned as ``y`` for
+    classification tasks. Exact to floating-point precision when the gradient is of one
+    sample; with a batch the ratio is a weighted mix of its inputs.
+
+    Parameters
+    ----------
+    rounds:
+        Rounds to attack.
+    kind:
+        Message kind holding the gradients: ``"gradient"`` (FedSGD uploads, server or
+        eavesdropper view) or ``"model"`` (D-PSGD updates, which a neighbors view turns into
+        gradients by :func:`~bench.attacks.gradient_recovery.recover_neighbor_gradients`; the
+        ratio does not depend on the step size).
+    """
+
+    threats = ("server", "eavesdropper", "neighbors")
+    metrics = ("input_mse",)
+
+    def __init__(self, rounds: list[int] | tuple[int, ...] = (0,), kind: str = "gradient") -> None:
+        self.rounds = [int(t) for t in rounds]
+        self.kind = str(kind)
+
+    def requirements(self) -> Requirement:
+        return Requirement(rounds=tuple(self.rounds), kinds=(self.kind,))
+
+    def gradients(self, view: View, round_: int) -> dict[int, torch.Tensor]:
+        """``sender -> flat gradient`` observed in ``round_``."""
+        if self.kind == MODEL_KIND:
+            return recover_neighbor_gradients(view, round_)
+        grads = first_payloads(view, round_, self.kind)
+        if not grads:
+            raise AttackError(f"no messages of kind '{self.kind}' observed in round {round_}")
+        return grads
+
+    def run(self, view: View) -> list[Reconstruction]:
+        arch = architecture(view)
+        model: FlatModel = arch["flat_model"]
+        input_shape = tuple(arch["input_shape"])
+        n_classes = int(arch.get("n_classes", 0))
+        w_name, b_name = linear_slots(model, input_shape)
+        recs = []
+        for t in self.rounds:
+            for node, grad in sorted(self.gradients(view, t).items()):
+                params = model.unflatten(grad)
+                g_w, g_b = params[w_name], params[b_name]
+                c = 0 if g_b.numel() == 1 else int(g_b.abs().argmax())
+                denom = g_b[c]
+                degenerate = bool(denom == 0)
+                x = torch.zeros_like(g_w[c]) if degenerate else g_w[c] / denom
+                y = None
+                if n_classes > 0:
+                    label = int(denom < 0) if g_b.numel() == 1 else int(g_b.argmin())
+                    y = torch.tensor([label])
+                recs.append(
+                    Reconstruction(
+                        node=node,
+                        round=t,
+                        x=x.reshape(1, *input_shape).detach().clone(),
+                        y=y,
+                        extra={
+                            "bias_grad": float(denom),
+                            "class_row": float(c),
+                            "degenerate": float(degenerate),
+                        },
+                    )
+                )
+        return recs

@@ -1,0 +1,1 @@
+"""Job grid, the harness that runs one job, and executors."""

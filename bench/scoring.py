@@ -1,0 +1,404 @@
+"""Scoring and ranking (DESIGN.md §6).
+
+A **track** is ``(task, threat)``; an **entry** is one defense configuration (its display label)
+on one track, aggregated over seeds.
+
+- The **privacy score** of a job on a track is ``1 − max`` normalized leakage over the
+  threat's *successful* attacks (:func:`privacy_score`); a failed attack does not count as zero
+  leakage, it does not count at all. A job whose attacks all failed on a threat has no privacy
+  score there.
+- An entry's ``privacy_mean``/``utility_mean`` are means over its successful jobs (status
+  ``ok``); ``privacy_std``/``utility_std`` are *sample* standard deviations (``ddof=1``), NaN
+  for a single seed. Failed jobs are counted in ``failed`` and excluded from every mean.
+- **Ranking** per track: among entries with at least one successful seed, a privacy score and
+  ``utility_mean ≥ utility_floor`` (or no floor), by ``privacy_mean`` descending, ties broken by
+  ``utility_mean`` descending, then by label (so ranks are ``1..k``, deterministic). Other
+  entries are listed with rank ``<NA>``.
+- The **Pareto front** of a track: the entries not dominated in ``(privacy_mean,
+  utility_mean)``, whether or not they keep the floor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from bench.results.record import AttackOutcome, JobResult, track_id
+
+__all__ = [
+    "LEAKAGE_PREFIX",
+    "NO_THREAT",
+    "entry_table",
+    "format_table",
+    "pareto_front",
+    "privacy_score",
+    "tables_by_track",
+    "track_attacks",
+]
+
+LEAKAGE_PREFIX = "leakage:"
+#: Threat of the single track a task gets when none of its jobs names a threat (all failed
+#: before any attack ran), so that its failures still show.
+NO_THREAT = "n/a"
+#: Relative/absolute tolerance when checking a record's stored privacy against the recomputed one.
+_TOL = 1e-9
+#: Decimals kept when comparing means for ties (so floating-point noise does not break a tie).
+_TIE_DECIMALS = 12
+
+BASE_COLUMNS: tuple[str, ...] = (
+    "track",
+    "task",
+    "threat",
+    "defense",
+    "privacy_mean",
+    "privacy_std",
+    "utility_mean",
+    "utility_std",
+    "utility_floor",
+    "utility_metric",
+    "seeds",
+    "failed",
+    "runtime_mean",
+)
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def privacy_score(outcomes: Iterable[AttackOutcome], threat: str | None = None) -> float | None:
+    """``1 − max`` normalized leakage over the successful attacks.
+
+    Parameters
+    ----------
+    outcomes:
+        Attack outcomes (normally one threat's suite against one job).
+    threat:
+        When given, only outcomes of this threat are considered.
+
+    Returns
+    -------
+    float or None
+        The privacy score in ``[0, 1]``; ``None`` when no attack succeeded (failed attacks and
+        outcomes without a finite leakage are ignored).
+    """
+    leakages = [
+        float(o.leakage)  # type: ignore[arg-type]
+        for o in outcomes
+        if o.status == "ok" and _finite(o.leakage) and (threat is None or o.threat == threat)
+    ]
+    return 1.0 - max(leakages) if leakages else None
+
+
+def _job_privacy(result: JobResult, threat: str) -> float | None:
+    """A job's privacy on one threat, recomputed and checked against the stored record."""
+    computed = privacy_score(result.attacks, threat)
+    stored = result.privacy.get(threat)
+    stored_ok = _finite(stored)
+    if computed is None and not stored_ok:
+        return None
+    if (
+        computed is None
+        or not stored_ok
+        or not math.isclose(computed, float(stored), rel_tol=_TOL, abs_tol=_TOL)  # type: ignore[arg-type]
+    ):
+        raise ValueError(
+            f"job {result.key!r} ({result.task}, {result.defense}, seed {result.seed}): stored privacy "
+            f"for threat {threat!r} is {stored!r} but its attack outcomes give {computed!r}"
+        )
+    return computed
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else math.nan
+
+
+def _std(values: list[float]) -> float:
+    return float(np.std(values, ddof=1)) if len(values) >= 2 else math.nan
+
+
+@dataclass
+class _Entry:
+    task: str
+    threat: str
+    defense: str
+    privacy: list[float] = field(default_factory=list)
+    utility: list[float] = field(default_factory=list)
+    runtime: list[float] = field(default_factory=list)
+    leakage: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    seeds: int = 0
+    failed: int = 0
+    utility_floor: float | None = None
+    utility_metric: str | None = None
+
+
+def _task_threats(results: list[JobResult]) -> dict[str, list[str]]:
+    threats: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        threats[r.task].update(a.threat for a in r.attacks)
+        threats[r.task].update(r.privacy)
+    return {task: sorted(t) or [NO_THREAT] for task, t in threats.items()}
+
+
+#: the defense label whose utility is the undefended baseline of a track
+BASELINE_DEFENSE = "none"
+
+
+def entry_table(results: list[JobResult]) -> pd.DataFrame:
+    """Aggregate jobs into one row per (track, defense label), ranked per track.
+
+    Parameters
+    ----------
+    results:
+        Job records (any mix of tasks, defenses, seeds, ok and failed).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``track, task, threat, defense, privacy_mean, privacy_std, utility_mean,
+        utility_std, utility_floor, utility_metric, seeds, failed, runtime_mean``, one
+        ``leakage:<attack>`` column per attack (mean over successful seeds, NaN where the attack
+        failed everywhere or is not in the track's suite), ``above_floor`` (bool) and ``rank``
+        (``Int64``, 1 = best, ``<NA>`` unranked). ``df.attrs["track_attacks"]`` maps each track
+        to the attacks of its suite. A job fails on every track of its task; the tracks of a task
+        are the threats named by any of its jobs.
+
+    Raises
+    ------
+    ValueError
+        When a record's stored ``privacy`` disagrees with its attack outcomes.
+    """
+    threats_of = _task_threats(results)
+    entries: dict[tuple[str, str, str], _Entry] = {}
+    suites: dict[str, set[str]] = defaultdict(set)
+    for r in results:
+        for threat in threats_of[r.task]:
+            key = (r.task, threat, r.defense)
+            e = entries.get(key)
+            if e is None:
+                e = entries[key] = _Entry(task=r.task, threat=threat, defense=r.defense)
+            if e.utility_floor is None and r.utility_floor is not None:
+                e.utility_floor = float(r.utility_floor)
+            if e.utility_metric is None:
+                e.utility_metric = r.utility_metric
+            outcomes = [a for a in r.attacks if a.threat == threat]
+            suites[track_id(r.task, threat)].update(a.attack for a in outcomes)
+            if r.status != "ok":
+                e.failed += 1
+                continue
+            e.seeds += 1
+            if _finite(r.utility):
+                e.utility.append(float(r.utility))  # type: ignore[arg-type]
+            e.runtime.append(float(r.runtime_s))
+            p = _job_privacy(r, threat)
+            if p is not None:
+                e.privacy.append(p)
+            per_attack: dict[str, float] = {}
+            for a in outcomes:
+                if a.status == "ok" and _finite(a.leakage):
+                    per_attack[a.attack] = max(per_attack.get(a.attack, -math.inf), float(a.leakage))  # type: ignore[arg-type]
+            for attack, value in per_attack.items():
+                e.leakage[attack].append(value)
+
+    attacks = sorted(set().union(*suites.values())) if suites else []
+    rows = []
+    for e in entries.values():
+        row: dict[str, object] = {
+            "track": track_id(e.task, e.threat),
+            "task": e.task,
+            "threat": e.threat,
+            "defense": e.defense,
+            "privacy_mean": _mean(e.privacy),
+            "privacy_std": _std(e.privacy),
+            "utility_mean": _mean(e.utility),
+            "utility_std": _std(e.utility),
+            "utility_floor": math.nan if e.utility_floor is None else e.utility_floor,
+            "utility_metric": e.utility_metric or "",
+            "seeds": e.seeds,
+            "failed": e.failed,
+            "runtime_mean": _mean(e.runtime),
+        }
+        for attack in attacks:
+            row[LEAKAGE_PREFIX + attack] = _mean(e.leakage.get(attack, []))
+        rows.append(row)
+
+    columns = [*BASE_COLUMNS, *(LEAKAGE_PREFIX + a for a in attacks), "above_floor", "rank"]
+    df = pd.DataFrame(rows, columns=[c for c in columns if c not in ("above_floor", "rank")])
+    df = df.astype({"seeds": "int64", "failed": "int64"})
+    for col in (
+        "privacy_mean",
+        "privacy_std",
+        "utility_mean",
+        "utility_std",
+        "utility_floor",
+        "runtime_mean",
+    ):
+        df[col] = df[col].astype("float64")
+    floor = df["utility_floor"]
+    df["above_floor"] = (floor.isna() | (df["utility_mean"] >= floor)).astype(bool)
+    df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
+    for _, group in df.groupby("track", sort=False):
+        eligible = group[group["above_floor"] & (group["seeds"] >= 1) & group["privacy_mean"].notna()]
+        order = sorted(
+            eligible.index,
+            key=lambda i: (
+                -round(float(df.at[i, "privacy_mean"]), _TIE_DECIMALS),
+                -_nan_low(df.at[i, "utility_mean"]),
+                str(df.at[i, "defense"]),
+            ),
+        )
+        for rank, i in enumerate(order, start=1):
+            df.at[i, "rank"] = rank
+    # the undefended baseline's utility, shown beside every entry of its track (DESIGN.md §6)
+    base = df[df["defense"] == BASELINE_DEFENSE].set_index("track")["utility_mean"]
+    df["baseline_utility"] = df["track"].map(base).astype("float64")
+    df = df.sort_values(["track", "defense"], kind="stable").reset_index(drop=True)
+    df.attrs["track_attacks"] = {t: sorted(s) for t, s in sorted(suites.items())}
+    return df
+
+
+def _nan_low(x: object) -> float:
+    """A sort value for descending order in which NaN comes last."""
+    v = float(x)  # type: ignore[arg-type]
+    return -math.inf if math.isnan(v) else round(v, _TIE_DECIMALS)
+
+
+def track_attacks(df: pd.DataFrame, track: str | None = None) -> list[str]:
+    """The attacks of a track's suite (all attacks of ``df`` when unknown).
+
+    Parameters
+    ----------
+    df:
+        A table from :func:`entry_table` (or one track of it).
+    track:
+        The track; defaults to the single track of ``df``.
+    """
+    present = [c[len(LEAKAGE_PREFIX) :] for c in df.columns if str(c).startswith(LEAKAGE_PREFIX)]
+    known = df.attrs.get("track_attacks")
+    if track is None and "track" in df.columns and df["track"].nunique() == 1:
+        track = str(df["track"].iloc[0])
+    if isinstance(known, dict) and track in known:
+        return [a for a in known[track] if a in present]
+    return present
+
+
+def pareto_front(df_track: pd.DataFrame) -> list[str]:
+    """Defense labels not dominated in ``(privacy_mean, utility_mean)``.
+
+    Parameters
+    ----------
+    df_track:
+        The rows of one track (from :func:`entry_table`).
+
+    Returns
+    -------
+    list[str]
+        Labels of the entries with both means defined for which no other entry is at least as
+        good in both and strictly better in one; by privacy descending, then utility descending.
+    """
+    ok = df_track[df_track["privacy_mean"].notna() & df_track["utility_mean"].notna()]
+    points = [
+        (float(p), float(u), str(d))
+        for p, u, d in zip(ok["privacy_mean"], ok["utility_mean"], ok["defense"], strict=True)
+    ]
+    front = [
+        (p, u, d)
+        for p, u, d in points
+        if not any(p2 >= p and u2 >= u and (p2 > p or u2 > u) for p2, u2, _ in points)
+    ]
+    return [d for _, _, d in sorted(front, key=lambda x: (-x[0], -x[1], x[2]))]
+
+
+def tables_by_track(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Split an entry table into one table per track.
+
+    Parameters
+    ----------
+    df:
+        A table from :func:`entry_table`.
+
+    Returns
+    -------
+    dict[str, pandas.DataFrame]
+        ``track -> rows``, tracks in sorted order; rows sorted by rank (unranked last), then
+        privacy descending, then utility descending. Leakage columns are restricted to the
+        attacks of the track's suite.
+    """
+    tables: dict[str, pd.DataFrame] = {}
+    known = df.attrs.get("track_attacks", {})
+    for track in sorted(df["track"].unique()):
+        sub = df[df["track"] == track].copy()
+        leak_cols = [c for c in sub.columns if str(c).startswith(LEAKAGE_PREFIX)]
+        if track in known:
+            suite = set(known[track])
+            drop = [c for c in leak_cols if c[len(LEAKAGE_PREFIX) :] not in suite]
+        else:
+            drop = [c for c in leak_cols if sub[c].isna().all()]
+        sub = sub.drop(columns=drop)
+        sub["_unranked"] = sub["rank"].isna()
+        sub = sub.sort_values(
+            ["_unranked", "rank", "privacy_mean", "utility_mean", "defense"],
+            ascending=[True, True, False, False, True],
+            na_position="last",
+            kind="stable",
+        )
+        sub = sub.drop(columns="_unranked").reset_index(drop=True)
+        sub.attrs = {"track_attacks": {track: list(known.get(track, []))}} if track in known else {}
+        tables[str(track)] = sub
+    return tables
+
+
+def _pm(mean: object, std: object) -> str:
+    m, s = float(mean), float(std)  # type: ignore[arg-type]
+    if math.isnan(m):
+        return "—"
+    return f"{m:.3f}" if math.isnan(s) else f"{m:.3f} ± {s:.3f}"
+
+
+def _num(x: object) -> str:
+    v = float(x)  # type: ignore[arg-type]
+    return "—" if math.isnan(v) else f"{v:.3f}"
+
+
+def format_table(df_track: pd.DataFrame) -> str:
+    """A plain-text table of one track for the terminal.
+
+    Parameters
+    ----------
+    df_track:
+        The rows of one track (from :func:`tables_by_track`).
+
+    Returns
+    -------
+    str
+        ``rank`` (``—`` when unranked, ``*`` marks the Pareto front), defense, privacy and
+        utility as ``mean ± std`` (3 decimals), the utility floor, one column per attack (mean
+        leakage), seeds, failed jobs and mean runtime.
+    """
+    front = set(pareto_front(df_track))
+    attacks = track_attacks(df_track)
+    metric = str(df_track["utility_metric"].iloc[0]) if len(df_track) else "utility"
+    out = pd.DataFrame(
+        {
+            "rank": ["—" if pd.isna(r) else str(int(r)) for r in df_track["rank"]],
+            "defense": [f"{d} *" if d in front else str(d) for d in df_track["defense"]],
+            "privacy": [
+                _pm(m, s) for m, s in zip(df_track["privacy_mean"], df_track["privacy_std"], strict=True)
+            ],
+            metric or "utility": [
+                _pm(m, s) for m, s in zip(df_track["utility_mean"], df_track["utility_std"], strict=True)
+            ],
+            "floor": [_num(f) for f in df_track["utility_floor"]],
+        }
+    )
+    for attack in attacks:
+        out[attack] = [_num(v) for v in df_track[LEAKAGE_PREFIX + attack]]
+    out["seeds"] = [str(int(s)) for s in df_track["seeds"]]
+    out["failed"] = [str(int(f)) for f in df_track["failed"]]
+    out["runtime_s"] = [_num(t) for t in df_track["runtime_mean"]]
+    return out.to_string(index=False)

@@ -1,0 +1,199 @@
+"""Specifications: tasks, threat models with their attack suites, defenses, suites and runs.
+
+Tasks live as YAML files in ``tasks/`` (one task per file, named like the file); suites are
+named lists of tasks (with the defense configurations and seeds to evaluate) in
+``tasks/suites.yaml``. Every model forbids unknown fields, so a typo is an error naming the
+field and the valid ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from bench.errors import BenchInputError
+from bench.simulation.config import SimulationConfig
+from bench.threats.view import KNOWLEDGE_ITEMS
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttackSpec(_Strict):
+    """One attack of a threat model's suite: a registered attack name and its parameters."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ThreatSpec(_Strict):
+    """A threat model of the task (``server``, ``neighbors`` …), its parameters (e.g. the
+    coalition) and the attacks run against its View. Task + threat = a leaderboard track."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    attacks: list[AttackSpec]
+    description: str = ""
+
+
+class UtilitySpec(_Strict):
+    """The task's utility metric (a key of the evaluation: ``val_acc``, ``val_loss`` …) and the
+    floor an entry must keep to be ranked."""
+
+    metric: str = "val_acc"
+    floor: float | None = None
+    higher_is_better: bool = True
+
+
+class TaskSpec(_Strict):
+    """A standardized task: how to simulate it and how to attack it.
+
+    ``simulation`` holds the fields of :class:`~bench.simulation.config.SimulationConfig`
+    except the seed (set per run). ``public`` lists what the adversary may know (a subset of
+    graph, mixing, architecture, hyperparameters, n_nodes, protocol).
+    """
+
+    name: str
+    description: str = ""
+    simulation: SimulationConfig
+    utility: UtilitySpec = Field(default_factory=UtilitySpec)
+    threats: list[ThreatSpec]
+    public: list[str] = Field(default_factory=lambda: list(KNOWLEDGE_ITEMS))
+
+    @field_validator("public")
+    @classmethod
+    def _known_items(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item not in KNOWLEDGE_ITEMS:
+                raise ValueError(f"unknown knowledge item {item!r}; valid: {', '.join(KNOWLEDGE_ITEMS)}")
+        return value
+
+
+class DefenseSpec(_Strict):
+    """A defense configuration: a defense plugin (``defenses/<name>.py``) and its parameters."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """Display label, e.g. ``gaussian_noise(sigma=1.0)``."""
+        if not self.params:
+            return self.name
+        args = ",".join(
+            f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in sorted(self.params.items())
+        )
+        return f"{self.name}({args})"
+
+
+class SuiteSpec(_Strict):
+    """A named list of tasks with the defense configurations and number of seeds to run."""
+
+    name: str
+    description: str = ""
+    tasks: list[str]
+    defenses: list[DefenseSpec] = Field(default_factory=lambda: [DefenseSpec(name="none")])
+    seeds: int = Field(2, gt=0)
+
+    @field_validator("defenses", mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        """Allow ``- none`` for ``- {name: none}``."""
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value
+
+
+class RunSpec(_Strict):
+    """One job: a task under a defense configuration with one seed."""
+
+    task: TaskSpec
+    defense: DefenseSpec
+    seed: int
+
+    def key(self) -> str:
+        """Hash of everything that determines the result (and the bench version)."""
+        from bench import __version__
+        from bench.results.provenance import spec_hash
+
+        return spec_hash(
+            {
+                "task": self.task.model_dump(mode="json"),
+                "defense": self.defense.model_dump(mode="json"),
+                "seed": self.seed,
+                "bench": __version__,
+            }
+        )
+
+
+# ----------------------------------------------------------------------------------- loading
+def validation_message(exc: ValidationError, source: str, fields: list[str] | None = None) -> str:
+    """One paragraph from a pydantic error: each bad field with its value and what is wrong."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        value = err.get("input")
+        if err["type"] == "extra_forbidden":
+            hint = f" Valid fields here: {', '.join(fields)}." if fields and len(err["loc"]) == 1 else ""
+            parts.append(f"unknown field '{loc}' (value {value!r}).{hint}")
+        elif err["type"] == "missing":
+            parts.append(f"missing field '{loc}'.")
+        else:
+            parts.append(f"invalid value for '{loc}': {value!r} ({err['msg']}).")
+    return f"{source}: " + " ".join(parts)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; a malformed file is a :class:`BenchInputError` naming the line."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise BenchInputError(str(path), str(path), reason=f"cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise BenchInputError(str(path), path.name, reason=f"malformed YAML{where}: {problem}") from None
+
+
+class SpecError(BenchInputError):
+    """A task or suite file that does not validate; the message is the whole paragraph."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+        ValueError.__init__(self, message)
+        self.field, self.value, self.choices, self.reason = "spec", None, None, message
+
+    @property
+    def message(self) -> str:
+        return self._message
+
+
+def parse_task(data: Any, source: str) -> TaskSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a task file must hold a mapping of fields (name, simulation, threats …).")
+    try:
+        return TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(validation_message(exc, source, list(TaskSpec.model_fields))) from None
+
+
+def parse_suites(data: Any, source: str) -> dict[str, SuiteSpec]:
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: the suites file must map suite names to suites.")
+    suites = {}
+    for name, body in data.items():
+        if not isinstance(body, dict):
+            raise SpecError(f"{source}: suite '{name}' must be a mapping (tasks, defenses, seeds).")
+        try:
+            suites[name] = SuiteSpec.model_validate({"name": name, **body})
+        except ValidationError as exc:
+            raise SpecError(
+                validation_message(exc, f"{source}, suite '{name}'", list(SuiteSpec.model_fields))
+            ) from None
+    return suites

@@ -1,0 +1,267 @@
+"""`python -m bench evaluate`: specs, bad input, failed runs, resume after a kill, the ranking."""
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.catalog import Catalog, bench_root
+from bench.cli import main
+from bench.errors import BenchInputError
+from bench.results.store import ResultStore
+
+REPO = Path(__file__).resolve().parent.parent
+
+LOGREG_TASK = {
+    "name": "tiny_logreg",
+    "description": "tiny analytic-inversion task for tests",
+    "simulation": {
+        "dataset": "two_gaussians",
+        "dataset_params": {"n_train": 12, "n_test": 200},
+        "partition": "fixed_size",
+        "partition_params": {"n_per_node": 1},
+        "model": "logreg",
+        "nodes": 12,
+        "protocol": "fedsgd",
+        "protocol_params": {"lr": 0.5},
+        "rounds": 20,
+        "eval_every": 10,
+    },
+    "utility": {"metric": "val_acc", "floor": 0.6},
+    "threats": [{"name": "server", "attacks": [{"name": "analytic_logreg", "params": {"rounds": [0]}}]}],
+}
+
+
+def make_root(tmp_path: Path, tasks: dict[str, dict], suites: dict) -> Path:
+    root = tmp_path / "root"
+    (root / "tasks").mkdir(parents=True)
+    shutil.copytree(REPO / "defenses", root / "defenses")
+    for name, body in tasks.items():
+        (root / "tasks" / f"{name}.yaml").write_text(yaml.safe_dump(body))
+    (root / "tasks" / "suites.yaml").write_text(yaml.safe_dump(suites))
+    return root
+
+
+def evaluate(root: Path, tmp_path: Path, *extra: str) -> int:
+    return main(
+        [
+            "evaluate",
+            "--root",
+            str(root),
+            "--out",
+            str(tmp_path / "out"),
+            "--site",
+            str(tmp_path / "site"),
+            "--no-progress",
+            *extra,
+        ]
+    )
+
+
+def test_repository_tasks_and_suites_validate():
+    catalog = Catalog(bench_root())
+    names = catalog.task_names()
+    assert {"gaussians_logreg_fedsgd", "digits_mlp_fedsgd", "digits_mlp_dpsgd_torus16"} <= set(names)
+    for name in names:
+        assert catalog.task(name).threats
+    quick = catalog.suite("quick")
+    assert set(quick.tasks) <= set(names) and quick.defenses[0].name == "none"
+
+
+def test_list_tasks_suites_attacks_defenses(capsys):
+    for kind, expected in [
+        ("tasks", "digits_mlp_fedsgd"),
+        ("suites", "quick"),
+        ("attacks", "dlg"),
+        ("defenses", "gaussian_noise"),
+        ("metrics", "image_ssim"),
+    ]:
+        assert main(["list", kind]) == 0
+        assert expected in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda t: t.update(colour="red"), ["unknown field 'colour'", "simulation", "threats"]),
+        (lambda t: t["simulation"].update(protocl="fedsgd"), ["unknown field 'simulation.protocl'"]),
+        (lambda t: t["simulation"].update(nodes=-2), ["simulation.nodes", "-2"]),
+        (lambda t: t.pop("threats"), ["missing field 'threats'"]),
+        (lambda t: t.update(public=["graph", "secrets"]), ["public", "secrets", "hyperparameters"]),
+    ],
+)
+def test_task_spec_errors_name_the_field(tmp_path, capsys, mutate, expected):
+    task = yaml.safe_load(yaml.safe_dump(LOGREG_TASK))
+    mutate(task)
+    root = make_root(tmp_path, {"tiny_logreg": task}, {"quick": {"tasks": ["tiny_logreg"]}})
+    assert evaluate(root, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    for text in expected:
+        assert text in err
+
+
+def test_malformed_yaml_and_unknown_names(tmp_path, capsys):
+    root = make_root(tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"]}})
+    (root / "tasks" / "broken.yaml").write_text("name: broken\nsimulation: {nodes: [1, 2\n")
+    assert evaluate(root, tmp_path, "--task", "broken") == 2
+    assert "malformed YAML at line" in capsys.readouterr().err
+    cases = [
+        (["--task", "nope"], ["'task': 'nope'", "tiny_logreg"]),
+        (["--suite", "slow"], ["'suite': 'slow'", "quick"]),
+        (["--defense", "magic"], ["'defense': 'magic'", "gaussian_noise", "none"]),
+        (["--defense", "gaussian_noise:sigma=-1"], ["defense.sigma"]),
+        (["--defense", "gaussian_noise:scale=3"], ["defense.scale", "sigma"]),
+        (["--store", "nosuchdialect://x"], ["--store"]),
+        (["--store", "/nonexistent/dir/results.sqlite"], ["--store"]),
+        (["--jobs", "0"], ["--jobs"]),
+    ]
+    for extra, expected in cases:
+        assert evaluate(root, tmp_path, "--task", "tiny_logreg", *extra) == 2, extra
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        for text in expected:
+            assert text in err, (extra, err)
+
+
+def test_unknown_attack_and_wrong_threat_are_input_errors(tmp_path, capsys):
+    bad_attack = yaml.safe_load(yaml.safe_dump(LOGREG_TASK))
+    bad_attack["threats"][0]["attacks"][0]["name"] = "telepathy"
+    root = make_root(tmp_path, {"tiny_logreg": bad_attack}, {"quick": {"tasks": ["tiny_logreg"]}})
+    assert evaluate(root, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "attack.name" in err and "dlg" in err
+    wrong = yaml.safe_load(yaml.safe_dump(LOGREG_TASK))
+    wrong["threats"][0]["name"] = "fl_user"
+    (root / "tasks" / "tiny_logreg.yaml").write_text(yaml.safe_dump(wrong))
+    assert evaluate(root, tmp_path) == 2
+    assert "applies to threat models" in capsys.readouterr().err
+
+
+def test_debug_flag_shows_traceback(tmp_path):
+    root = make_root(tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"]}})
+    with pytest.raises(BenchInputError):
+        main(["--debug", "evaluate", "--root", str(root), "--task", "nope", "--no-progress"])
+
+
+def test_diverging_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, capsys):
+    diverging = yaml.safe_load(yaml.safe_dump(LOGREG_TASK))
+    diverging["name"] = "diverging"
+    diverging["simulation"].update(
+        dataset="linear_regression",
+        model="linear",
+        dataset_params={"n_train": 12, "dim": 3},
+        protocol_params={"lr": 1e6},
+    )
+    diverging["utility"] = {"metric": "val_loss", "higher_is_better": False}
+    root = make_root(
+        tmp_path,
+        {"tiny_logreg": LOGREG_TASK, "diverging": diverging},
+        {"quick": {"tasks": ["diverging", "tiny_logreg"], "seeds": 1}},
+    )
+    assert evaluate(root, tmp_path) == 0
+    out = capsys.readouterr().out
+    results = {r.task: r for r in ResultStore(str(tmp_path / "out" / "results.sqlite")).results()}
+    assert results["diverging"].status == "failed" and "diverged" in results["diverging"].reason
+    assert results["tiny_logreg"].status == "ok"
+    assert results["tiny_logreg"].privacy["server"] == pytest.approx(0.0, abs=1e-6)  # exact inversion
+    assert "1 failed" in out
+    # a re-run skips both finished jobs
+    assert evaluate(root, tmp_path) == 0
+    assert "0 jobs run, 2 already in the store" in capsys.readouterr().out
+
+
+def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path):
+    root = make_root(
+        tmp_path,
+        {"tiny_logreg": LOGREG_TASK},
+        {
+            "quick": {
+                "tasks": ["tiny_logreg"],
+                "seeds": 6,
+                "defenses": ["none", {"name": "gaussian_noise", "params": {"sigma": 0.5}}],
+            }
+        },
+    )
+    db = tmp_path / "out" / "results.sqlite"
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench",
+        "evaluate",
+        "--root",
+        str(root),
+        "--out",
+        str(tmp_path / "out"),
+        "--site",
+        str(tmp_path / "site"),
+        "--no-progress",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def rows() -> int:
+        if not db.exists():
+            return 0
+        try:
+            with sqlite3.connect(db, timeout=5) as con:
+                return con.execute("select count(*) from jobs").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+    deadline = time.time() + 240
+    while rows() < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the sweep finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = rows()
+    assert 2 <= killed_at < 12
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"{12 - killed_at} jobs run, {killed_at} already in the store" in done.stdout
+    with sqlite3.connect(db) as con:
+        keys = [k for (k,) in con.execute("select key from jobs")]
+        per_job = con.execute("select count(*) from attack_results group by job_id").fetchall()
+    assert len(keys) == 12 == len(set(keys))
+    assert all(n == 1 for (n,) in per_job) and len(per_job) == 12
+
+
+def test_ranking_reflects_noise_on_digits_fedsgd(tmp_path, capsys):
+    """Acceptance: undefended DLG reaches mean SSIM >= 0.8 at batch size 1; large noise drives
+    leakage down and privacy up while utility falls; the ranking shows it."""
+    root = make_root(
+        tmp_path,
+        {},
+        {
+            "quick": {
+                "tasks": ["digits_mlp_fedsgd"],
+                "seeds": 1,
+                "defenses": ["none", {"name": "gaussian_noise", "params": {"sigma": 1.0}}],
+            }
+        },
+    )
+    shutil.copy(REPO / "tasks" / "digits_mlp_fedsgd.yaml", root / "tasks")
+    assert evaluate(root, tmp_path) == 0
+    results = {r.defense: r for r in ResultStore(str(tmp_path / "out" / "results.sqlite")).results()}
+    clean, noisy = results["none"], results["gaussian_noise(sigma=1.0)"]
+    ssim = {a.attack: a for a in clean.attacks}["dlg"].metrics["image_ssim.headline"]
+    assert ssim >= 0.8
+    assert noisy.privacy["server"] > clean.privacy["server"] + 0.5
+    assert noisy.utility < clean.utility
+    from bench.scoring import entry_table
+
+    table = entry_table(list(results.values())).set_index("defense")
+    if table.loc["gaussian_noise(sigma=1.0)", "above_floor"]:
+        assert table.loc["gaussian_noise(sigma=1.0)", "rank"] == 1 and table.loc["none", "rank"] == 2
+    else:  # listed, unranked: below the utility floor
+        assert table.loc["none", "rank"] == 1
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert "gaussian_noise(sigma=1.0)" in html and "digits_mlp_fedsgd" in html

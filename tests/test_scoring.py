@@ -1,0 +1,186 @@
+"""Scoring: privacy score, aggregation over seeds, ranking, Pareto front, text table."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from result_samples import job, sample_results
+
+from bench.results.record import AttackOutcome
+from bench.scoring import entry_table, format_table, pareto_front, privacy_score, tables_by_track
+
+APPROX = {"abs": 1e-12}
+
+
+@pytest.fixture
+def table() -> pd.DataFrame:
+    return entry_table(sample_results())
+
+
+def row(df: pd.DataFrame, track: str, defense: str) -> pd.Series:
+    sub = df[(df["track"] == track) & (df["defense"] == defense)]
+    assert len(sub) == 1
+    return sub.iloc[0]
+
+
+def test_privacy_score_ignores_failed_attacks() -> None:
+    outs = [
+        AttackOutcome("server", "a", "ok", leakage=0.3),
+        AttackOutcome("server", "b", "failed", reason="crash"),
+        AttackOutcome("server", "c", "ok", leakage=0.6),
+        AttackOutcome("other", "d", "ok", leakage=0.9),
+    ]
+    assert privacy_score(outs, "server") == pytest.approx(0.4, **APPROX)
+    assert privacy_score(outs) == pytest.approx(0.1, **APPROX)
+    assert privacy_score(outs[1:2]) is None
+    assert privacy_score([]) is None
+    assert privacy_score([AttackOutcome("s", "a", "ok", leakage=0.0)]) == 1.0
+
+
+def test_columns_and_shape(table: pd.DataFrame) -> None:
+    assert len(table) == 4 + 4
+    for col in (
+        "track",
+        "task",
+        "threat",
+        "defense",
+        "privacy_mean",
+        "privacy_std",
+        "utility_mean",
+        "utility_std",
+        "utility_floor",
+        "utility_metric",
+        "seeds",
+        "failed",
+        "runtime_mean",
+        "leakage:inv",
+        "leakage:mia",
+        "leakage:lira",
+        "above_floor",
+        "rank",
+    ):
+        assert col in table.columns, col
+    assert str(table["rank"].dtype) == "Int64"
+    assert set(table["track"]) == {"img/server", "tab/fl_user"}
+
+
+def test_means_and_stds(table: pd.DataFrame) -> None:
+    none = row(table, "img/server", "none")
+    assert none["privacy_mean"] == pytest.approx(0.2, **APPROX)
+    assert none["privacy_std"] == pytest.approx(0.1, **APPROX)  # sample std, ddof=1
+    assert none["utility_mean"] == pytest.approx(0.95, **APPROX)
+    assert none["utility_std"] == pytest.approx(0.0, **APPROX)
+    assert none["leakage:inv"] == pytest.approx(0.8, **APPROX)
+    assert none["leakage:mia"] == pytest.approx(0.5, **APPROX)
+    assert none["runtime_mean"] == pytest.approx(3.0, **APPROX)
+    assert none["utility_metric"] == "val_acc" and none["utility_floor"] == 0.7
+
+    dp = row(table, "img/server", "dp(eps=1)")
+    assert dp["privacy_mean"] == pytest.approx(0.5, **APPROX)
+    assert dp["privacy_std"] == pytest.approx(0.1, **APPROX)
+    assert dp["utility_mean"] == pytest.approx(0.82, **APPROX)
+    assert dp["utility_std"] == pytest.approx(0.02, **APPROX)
+    assert dp["leakage:mia"] == pytest.approx(0.4, **APPROX)
+
+
+def test_failed_jobs_and_attacks(table: pd.DataFrame) -> None:
+    noise = row(table, "img/server", "noise")
+    assert noise["seeds"] == 3 and noise["failed"] == 1
+    assert noise["privacy_mean"] == pytest.approx(0.5, **APPROX)
+    assert noise["privacy_std"] == pytest.approx(0.0, **APPROX)
+    assert noise["utility_mean"] == pytest.approx(0.9, **APPROX)  # the failed job's 0.0 is excluded
+    assert noise["leakage:mia"] == pytest.approx(0.15, **APPROX)  # failed attack excluded, not zero
+
+    b = row(table, "tab/fl_user", "b")
+    assert math.isnan(b["leakage:lira"])  # failed everywhere
+    assert b["privacy_mean"] == pytest.approx(0.6, **APPROX)
+
+    broken = row(table, "tab/fl_user", "broken")
+    assert broken["seeds"] == 0 and broken["failed"] == 3
+    assert math.isnan(broken["privacy_mean"]) and math.isnan(broken["utility_mean"])
+    assert pd.isna(broken["rank"])
+
+
+def test_single_seed_std_is_nan() -> None:
+    df = entry_table([job("t", "s", "d", 0, {"a": 0.25}, 0.5, None)])
+    assert df["privacy_mean"].iloc[0] == pytest.approx(0.75, **APPROX)
+    assert math.isnan(df["privacy_std"].iloc[0]) and math.isnan(df["utility_std"].iloc[0])
+    assert df["rank"].iloc[0] == 1
+
+
+def test_ranks(table: pd.DataFrame) -> None:
+    img = {d: row(table, "img/server", d)["rank"] for d in ("none", "dp(eps=1)", "noise", "prune")}
+    # noise and dp tie on privacy 0.5; noise has more utility
+    assert img["noise"] == 1 and img["dp(eps=1)"] == 2 and img["none"] == 3
+    assert pd.isna(img["prune"])  # most private, but below the utility floor
+    assert not row(table, "img/server", "prune")["above_floor"]
+    assert row(table, "img/server", "none")["above_floor"]
+
+    tab = {d: row(table, "tab/fl_user", d)["rank"] for d in ("a", "b", "c", "broken")}
+    # no floor: a 0.8 (lira 0.0/0.1/0.2 ≤ mia 0.2), c 0.8 (0.9, 0.8, 0.7) but less utility, b 0.6
+    assert tab["a"] == 1 and tab["c"] == 2 and tab["b"] == 3 and pd.isna(tab["broken"])
+    assert row(table, "tab/fl_user", "a")["above_floor"]
+
+
+def test_tables_by_track_order_and_columns(table: pd.DataFrame) -> None:
+    tables = tables_by_track(table)
+    assert list(tables) == ["img/server", "tab/fl_user"]
+    img = tables["img/server"]
+    assert list(img["defense"]) == ["noise", "dp(eps=1)", "none", "prune"]
+    assert "leakage:lira" not in img.columns and "leakage:inv" in img.columns
+    tab = tables["tab/fl_user"]
+    assert list(tab["defense"]) == ["a", "c", "b", "broken"]
+    assert {"leakage:mia", "leakage:lira"} <= set(tab.columns) and "leakage:inv" not in tab.columns
+
+
+def test_pareto_front(table: pd.DataFrame) -> None:
+    tables = tables_by_track(table)
+    # dp (0.5, 0.82) is dominated by noise (0.5, 0.9); prune is on the front despite the floor
+    assert pareto_front(tables["img/server"]) == ["prune", "noise", "none"]
+    # a (0.8, 0.6) dominates c (0.8, 0.5); b (0.6, 0.7); broken has no values
+    assert pareto_front(tables["tab/fl_user"]) == ["a", "b"]
+
+
+def test_record_disagreeing_with_attacks_is_rejected() -> None:
+    bad = job("t", "s", "d", 0, {"a": 0.25}, 0.5, None)
+    bad.privacy = {"s": 0.9}
+    with pytest.raises(ValueError, match="stored privacy"):
+        entry_table([bad])
+
+
+def test_failed_job_without_attacks_counts_in_every_track() -> None:
+    rs = [
+        job("t", "server", "d", 0, {"a": 0.2}, 0.5, None),
+        job("t", "eaves", "d", 0, {"b": 0.3}, 0.5, None),
+        job("t", "server", "d", 1, {}, 0.0, None, failed=True),
+    ]
+    rs[1].key = "other"
+    df = entry_table(rs)
+    assert sorted(df["track"]) == ["t/eaves", "t/server"]
+    assert list(df["failed"]) == [1, 1]
+
+
+def test_format_table(table: pd.DataFrame) -> None:
+    text = format_table(tables_by_track(table)["img/server"])
+    lines = text.splitlines()
+    assert len(lines) == 5
+    assert "0.500 ± 0.100" in text and "0.820 ± 0.020" in text
+    prune = next(line for line in lines if "prune" in line)
+    assert prune.split()[0] == "—"
+    assert "noise *" in text and "dp(eps=1) *" not in text
+    assert "inv" in lines[0] and "mia" in lines[0] and "val_acc" in lines[0]
+
+
+def test_empty() -> None:
+    df = entry_table([])
+    assert len(df) == 0 and "rank" in df.columns
+    assert tables_by_track(df) == {}
+
+
+def test_baseline_utility_is_the_undefended_entry(table: pd.DataFrame) -> None:
+    img = table[table["track"] == "img/server"]
+    assert img["baseline_utility"].tolist() == pytest.approx([0.95] * 4)  # the "none" entry's utility
+    tab = table[table["track"] == "tab/fl_user"]
+    assert tab["baseline_utility"].isna().all()  # that track has no undefended entry
