@@ -213,7 +213,15 @@ class Simulation:
 
     def run(self, rounds: int) -> list[dict[str, torch.Tensor]]:
         """Plain loop over rounds (no Lightning; for algebraic tests and references)."""
-        return [self.run_round(self.batch(self.round_index)) for _ in range(rounds)]
+        out = [self.run_round(self.batch(self.round_index)) for _ in range(rounds)]
+        self.finish()
+        return out
+
+    def finish(self) -> None:
+        """Record the corrupt nodes' final states (the state "at the start" of round ``T``) when
+        round ``T`` is declared: an attacker's anchor is its model after the last round."""
+        if self.transcript.wants(self.round_index):
+            self.transcript.record_states(self.round_index, self.state["theta"])
 
     # ----------------------------------------------------------------------------- metrics
     @property

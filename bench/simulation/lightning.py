@@ -196,6 +196,7 @@ def run_simulation(
         warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
         warnings.filterwarnings("ignore", message=".*LeafSpec.*")
         trainer.fit(module, datamodule=dm)
+    sim.finish()
     return module
 
 

@@ -1,0 +1,1 @@
+"""Reconstruction of private quantities from transcripts (PDMM observables, …)."""

@@ -1,0 +1,247 @@
+"""What an eavesdropper (optionally with corrupt nodes) can compute from differential PDMM traffic.
+
+Notation as in :mod:`bench.protocols.pdmm`: round ``t`` computes ``w^(t)`` from ``z^(t)`` and node
+``i`` sends ``D_t[e] = Δz_{j|i}^(t+1)`` along each directed edge ``e = (i → j)`` (the change of
+``z_{j|i}``, held by ``j``); ``s_e = B_{i|j}``; ``a_i^(t) = Σ_j B_{i|j} z_{i|j}^(t)``.
+
+Recovered quantities (Yu et al. TIFS 2025, Proposition 1 and App. A; thesis Ch. 3–4):
+
+* **weight increments** (TIFS Eq. 33, corrected; general θ):
+  ``2ρ B_{i|j}(w_i^(t) − w_i^(t−1)) = (Δz_{j|i}^(t+1) − Δz_{j|i}^(t))/θ − Δz_{i|j}^(t) + Δz_{j|i}^(t)``,
+  which for θ = 1 is ``Δz_{j|i}^(t+1) − Δz_{i|j}^(t)``; averaged over the edges of ``i``;
+* **absolute weights** from an anchor ``w^(T−1)`` (a corrupt node's final model — the consensus
+  estimate, thesis §4.1 — zeros, or the truth in oracle mode) minus the later increments; the
+  anchor error ``ε_i = ŵ_i − w_i`` is the same in every round (thesis Eq. 6.1, claim C15);
+* **noisy gradients** (TIFS Eq. 31/21): the solver's optimality condition with the observed part
+  of ``z`` (all increments, plus ``z^(0)`` on edges into corrupt nodes); the error is
+  ``Σ_{j∈N_i honest} B_{i|j} z_{i|j}^(0)``, constant in ``t`` — zero when σ_z² = 0;
+* **gradient differences** at any lag ℓ (TIFS Eq. 22), where that constant cancels. Estimator
+  ``"delta_z"`` uses the observed ``z`` increments (needs no anchor); estimator ``"weights"`` is
+  the thesis' form (Eqs. 2.13 / 4.3 / 4.22), which eliminates ``z`` with
+  ``a_i^(t+1) − a_i^(t−1) = 2ρ(d_i w_i^(t−1) − Σ_j w_j^(t))`` and so needs absolute weights of ``i``
+  and its neighbours: its error comes from the anchor and shrinks as the run nears consensus
+  (thesis C6/C15);
+* **honest-component gradient sums** (TIFS Eq. 32): summed noisy gradients minus the
+  learnable ``z^(0)`` edge differences;
+* **z^(0) edge differences** (TIFS Eq. 34):
+  ``z_{i|j}^(0) − z_{j|i}^(0) = Δz_{j|i}^(1)/θ − 2ρ B_{i|j} w_i^(0)``.
+
+Which solver the attacker *assumes* (and its μ) is a parameter: the inexact-update defense works
+exactly when that assumption is wrong (thesis C8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bench.attacks.base import AttackError
+from bench.protocols.pdmm import EdgeStructure
+from bench.threats import View
+
+ONE_STEP_SOLVERS = ("gradient_step", "quadratic")
+
+
+@dataclass
+class SolverModel:
+    """The attacker's assumption about the local solver: ``exact``, ``gradient_step`` (step μ)
+    or ``quadratic`` (curvature μ)."""
+
+    name: str
+    mu: float
+
+    @property
+    def shift(self) -> int:
+        """The gradient recovered from round ``t`` is evaluated at ``w^(t − shift)``."""
+        return 1 if self.name in ONE_STEP_SOLVERS else 0
+
+    def gradient(
+        self, w_prev: torch.Tensor, w: torch.Tensor, a: torch.Tensor, rd: torch.Tensor
+    ) -> torch.Tensor:
+        """The local gradient implied by one update ``w_prev → w`` with ``a = Σ_j B z``."""
+        if self.name == "exact":  # 0 = ∇f(w) + a + ρ d w
+            return -a - rd * w
+        if self.name == "gradient_step":  # w = w_prev − μ(∇f(w_prev) + a + ρ d w_prev)
+            return (w_prev - w) / self.mu - a - rd * w_prev
+        if self.name == "quadratic":  # w = (μ w_prev − ∇f(w_prev) − a) / (μ + ρ d)
+            return self.mu * w_prev - a - (self.mu + rd) * w
+        raise AttackError(
+            f"no closed-form leakage for solver '{self.name}' (use exact, gradient_step or quadratic)"
+        )
+
+
+class PDMMObservables:
+    """Observables of a differential-PDMM run from a View that saw every ``delta_z`` message of
+    rounds ``0 .. T−1`` (an eavesdropper, optionally with a coalition).
+
+    Parameters
+    ----------
+    view:
+        The adversary's View (needs public ``graph`` and ``hyperparameters``).
+    solver, mu:
+        The attacker's assumed local solver and its constant (default: the true ones, read from
+        the public hyperparameters).
+    """
+
+    def __init__(self, view: View, solver: str | None = None, mu: float | None = None) -> None:
+        hp = view.knowledge["hyperparameters"]
+        graph = view.knowledge["graph"]
+        if not hp.get("differential", True):
+            raise AttackError("the run sent z in plaintext (differential=False): use its z directly")
+        self.rho, self.theta = float(hp["rho"]), float(hp["theta"])
+        self.solver = SolverModel(solver or hp["solver"], float(mu if mu is not None else hp["mu"]))
+        n = graph.number_of_nodes()
+        pairs = sorted(
+            {(int(u), int(v)) for u, v in graph.edges()} | {(int(v), int(u)) for u, v in graph.edges()}
+        )
+        edges = torch.tensor(pairs, dtype=torch.long)
+        batches = sorted(view.select(kind="delta_z"), key=lambda m: m.round)
+        if not batches:
+            raise AttackError("the View holds no delta_z messages (is this a differential PDMM run?)")
+        rounds = [m.round for m in batches]
+        if rounds != list(range(len(rounds))):
+            raise AttackError(f"needs every round from 0 on; observed rounds {rounds[:5]}…")
+        dtype = batches[0].payload.dtype
+        self.e = EdgeStructure(edges, n, dtype)
+        index = {p: k for k, p in enumerate(pairs)}
+        self.n, self.T = n, len(batches)
+        self.P = batches[0].payload.shape[1]
+        self.D = torch.full((self.T, self.e.n_edges, self.P), float("nan"), dtype=dtype)
+        for m in batches:
+            rows = [
+                index[(int(m.senders[r]), int(rcv))]
+                for r, rcv in zip(m.edges[:, 0], m.edges[:, 1], strict=True)
+            ]
+            self.D[m.round, rows] = m.payload[m.edges[:, 0]]
+        if torch.isnan(self.D).any():
+            raise AttackError("some edges' delta_z messages were not observed (the attack needs all of them)")
+        # z^(0) the coalition received: z_{i|c}^(0) on edges (i → c)
+        self.z0_known = torch.zeros(self.e.n_edges, self.P, dtype=dtype)
+        for m in view.select(round_=0, kind="z0"):
+            for r, rcv in zip(m.edges[:, 0], m.edges[:, 1], strict=True):
+                self.z0_known[index[(int(m.senders[r]), int(rcv))]] = m.payload[r]
+        self.coalition = view.coalition
+        self.view = view
+        self.rd = (self.rho * self.e.degree)[:, None]
+
+    # ---------------------------------------------------------------------------- weights
+    def increments(self) -> torch.Tensor:
+        """``[T, N, P]``: ``w_i^(t) − w_i^(t−1)`` for ``t ≥ 1`` (row 0 is NaN), averaged over
+        the edges of ``i`` (each edge gives it exactly in exact arithmetic)."""
+        D, rev, th = self.D, self.e.rev, self.theta
+        per_edge = torch.full_like(D, float("nan"))
+        # along e = (i → j): Δz_{j|i}^(t+1) = D_t[e]; Δz_{j|i}^(t) = D_{t−1}[e]; Δz_{i|j}^(t) = D_{t−1}[rev e]
+        per_edge[1:] = (D[1:] - D[:-1]) / th - D[:-1][:, rev] + D[:-1]
+        per_edge = per_edge * self.e.sign[None, :, None] / (2 * self.rho)
+        out = torch.zeros(self.T, self.n, self.P, dtype=D.dtype).index_add_(1, self.e.src, per_edge)
+        return out / self.e.degree[None, :, None]
+
+    def anchor_from_coalition(self) -> torch.Tensor:
+        """A corrupt node's model after the last observed round, for every node (``[N, P]``)."""
+        if not self.coalition:
+            raise AttackError("an anchor from the coalition needs at least one corrupt node")
+        states = self.view.own_states
+        if self.T not in states:
+            raise AttackError(f"the coalition's state after round {self.T - 1} was not recorded")
+        return states[self.T][0].to(self.D.dtype).expand(self.n, -1).clone()
+
+    def weights(self, anchor: torch.Tensor | str = "coalition") -> torch.Tensor:
+        """``[T, N, P]`` estimates of ``w^(t)``, ``t = 0..T−1``: ``ŵ^(T−1)`` = the anchor
+        (``"coalition"``, ``"zeros"`` or a tensor), earlier rounds by subtracting increments."""
+        if isinstance(anchor, str):
+            anchor = self.anchor_from_coalition() if anchor == "coalition" else torch.zeros(self.n, self.P)
+        inc = self.increments()
+        w = torch.empty_like(inc)
+        w[-1] = anchor.to(inc.dtype)
+        for t in range(self.T - 1, 0, -1):  # a loop over rounds (the recursion), not over nodes
+            w[t - 1] = w[t] - inc[t]
+        return w
+
+    # --------------------------------------------------------------------------- gradients
+    def observed_a(self) -> torch.Tensor:
+        """``[T, N, P]``: the observed part of ``a_i^(t) = Σ_j B_{i|j} z_{i|j}^(t)``: every
+        increment received so far plus ``z^(0)`` on edges into corrupt nodes."""
+        # z_{i|j} (row e=(i→j)) changes by the message along rev(e) = (j → i)
+        incr = self.D[:, self.e.rev]
+        z_obs = torch.cumsum(torch.cat([self.z0_known[None], incr[:-1]], dim=0), dim=0)
+        signed = self.e.sign[None, :, None] * z_obs
+        return torch.zeros(self.T, self.n, self.P, dtype=self.D.dtype).index_add_(1, self.e.src, signed)
+
+    def noisy_gradients(self, anchor: torch.Tensor | str = "coalition") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(g̃, ŵ_eval)``: ``g̃[k] ≈ ∇f_i(w^(k))`` + the constant honest-edge ``z^(0)`` term,
+        for ``k = 0..T−1−shift``, and the weights they are evaluated at (TIFS Eq. 31)."""
+        w = self.weights(anchor)
+        a = self.observed_a()
+        if self.solver.shift == 0:
+            return self.solver.gradient(w, w, a, self.rd), w
+        g = self.solver.gradient(w[:-1], w[1:], a[1:], self.rd)  # round t ≥ 1 gives ∇f(w^(t−1))
+        return g, w[:-1]
+
+    def gradient_differences(
+        self, lag: int = 1, estimator: str = "delta_z", anchor: torch.Tensor | str = "coalition"
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(Δg, ŵ_early, ŵ_late)`` with ``Δg[k] ≈ ∇f_i(w^(k+lag)) − ∇f_i(w^(k))`` (TIFS Eq. 22).
+
+        ``estimator="delta_z"``: from observed ``z`` increments; the anchor only affects the
+        returned weights (and, for the one-step solvers, not even the difference).
+        ``estimator="weights"``: the thesis' Eq. 2.13 / 4.3 / 4.22 (lag 2 only), eliminating ``z``
+        through neighbours' anchored weights.
+        """
+        if estimator == "delta_z":
+            g, w_eval = self.noisy_gradients(anchor)
+            return g[lag:] - g[:-lag], w_eval[:-lag], w_eval[lag:]
+        if estimator != "weights":
+            raise AttackError(f"unknown estimator '{estimator}' (delta_z or weights)")
+        if lag != 2:
+            raise AttackError("the weights estimator is the thesis' lag-2 form")
+        w = self.weights(anchor)
+        # a^(t+1) − a^(t−1) = 2ρ (d_i w_i^(t−1) − Σ_j w_j^(t))  (θ = 1)
+        nb_sum = torch.zeros_like(w).index_add_(1, self.e.src, w[:, self.e.dst])
+        da = 2 * self.rho * (self.e.degree[None, :, None] * w[:-2] - nb_sum[1:-1])  # index by t−1
+        s = self.solver.shift
+        if s == 0:  # g(w^(t+1)) − g(w^(t−1)) = −Δa − ρ d (w^(t+1) − w^(t−1))
+            dg = -da - self.rd * (w[2:] - w[:-2])
+            return dg, w[:-2], w[2:]
+        # one-step: g(w^(k)) from update k → k+1 with a^(k+1); Δa over k+1 ± 1 ↔ index (k+1)−1 = k
+        g_late = self.solver.gradient(w[1:-1], w[2:], torch.zeros_like(w[2:]), self.rd)
+        g_early = self.solver.gradient(w[:-2], w[1:-1], torch.zeros_like(w[2:]), self.rd)
+        dg = g_late[1:] - g_early[:-1] - da[1:]
+        return dg, w[:-3], w[2:-1]
+
+    def z0_edge_differences(self, anchor: torch.Tensor | str = "coalition") -> torch.Tensor:
+        """``[2E, P]``: ``z_{i|j}^(0) − z_{j|i}^(0)`` per directed edge (TIFS Eq. 34)."""
+        w0 = self.weights(anchor)[0]
+        return self.D[0] / self.theta - 2 * self.rho * self.e.sign[:, None] * w0[self.e.src]
+
+    def component_sums(
+        self, honest: list[int], anchor: torch.Tensor | str = "coalition"
+    ) -> dict[int, torch.Tensor]:
+        """``component id → [T', P]``: ``Σ_{i∈V_h,l} ∇f_i(w_i)`` over each connected component of
+        the honest subgraph (TIFS Eq. 32): noisy gradients summed, minus the honest edges'
+        ``z^(0)`` differences (each honest edge contributes ``B_{i|j}(z_{i|j}^(0) − z_{j|i}^(0))``)."""
+        import networkx as nx
+
+        g_noisy, _ = self.noisy_gradients(anchor)
+        diff = self.z0_edge_differences(anchor)
+        graph = self.view.knowledge["graph"]
+        sub = graph.subgraph(honest)
+        out = {}
+        for k, comp in enumerate(nx.connected_components(sub)):
+            comp_t = torch.tensor(sorted(comp))
+            inside = (
+                torch.isin(self.e.src, comp_t) & torch.isin(self.e.dst, comp_t) & (self.e.src < self.e.dst)
+            )
+            correction = (self.e.sign[inside, None] * diff[inside]).sum(0)
+            out[k] = g_noisy[:, comp_t].sum(1) - correction
+        return out
+
+
+def honest_nodes(view: View) -> list[int]:
+    n = view.knowledge["graph"].number_of_nodes()
+    return [v for v in range(n) if v not in set(view.coalition)]
+
+
+def as_numpy(x: torch.Tensor) -> np.ndarray:
+    return x.detach().cpu().numpy()

@@ -1,0 +1,333 @@
+"""A/PDMM for decentralized learning, with differential transmission and subspace perturbation.
+
+The consensus problem (Yu et al. TIFS 2025 Eq. 3; thesis Eq. 2.1)
+
+    min Σ_i f_i(w_i)  s.t.  B_{i|j} w_i + B_{j|i} w_j = 0  for every edge (i, j),
+    B_{i|j} = +I if i < j, −I if i > j,
+
+is solved by synchronous A/PDMM (TIFS Algorithm 1, Eqs. 4–5). Round ``t``, every node ``i``:
+
+    w_i^(t) = argmin_w f_i(w) + Σ_{j∈N_i} z_{i|j}^(t)ᵀ B_{i|j} w + (ρ d_i / 2) ‖w‖²          (4)
+    z_{j|i}^(t+1) = (1 − θ) z_{j|i}^(t) + θ (z_{i|j}^(t) + 2ρ B_{i|j} w_i^(t))   ∀ j ∈ N_i     (5)
+
+θ = 1 is PDMM, θ = ½ ADMM (the papers' "Peaceman/Douglas–Rachford" labels are swapped relative
+to standard usage; we key on θ). ``f_i`` is the *sum* of the per-sample losses of node ``i``'s whole
+local set (the papers' convention; ``loss_reduction="mean"`` divides by ``n_i``).
+
+Transmission. With ``differential=True`` (TIFS Eqs. 13–14) the initial ``z^(0)`` — drawn i.i.d.
+``N(0, σ_z²)`` per directed edge and coordinate (subspace perturbation; the papers leave the
+distribution open, this is the authors' code's choice) — is delivered once over a *secure*
+channel (kind ``z0``, round 0, step 0), and afterwards node ``i`` sends only the increment
+``Δz_{j|i}^(t+1) = z_{j|i}^(t+1) − z_{j|i}^(t)`` to ``j`` in plaintext (kind ``delta_z``, step 1);
+the receiver adds what it receives. With ``differential=False`` (plain PDMM) ``z_{j|i}^(t+1)``
+itself is sent in plaintext (kind ``z``). A defense on the Channel (quantization, noise) changes
+what is delivered, and receivers integrate the delivered values.
+
+Local solvers (``solver``):
+
+* ``exact`` — the sub-problem (4) solved: closed form for linear least squares, else
+  safeguarded gradient descent (warm-started, per-node adaptive steps) until the optimality
+  condition (TIFS Eq. 12) holds to 1e-12 relative, at most ``exact_steps`` steps;
+* ``gradient_step`` — one explicit step of size ``mu`` from the previous iterate
+  (thesis Eq. 4.2, TIFS Eq. 13): ``w ← w − μ (∇f_i(w) + Σ_j B_{i|j} z_{i|j} + ρ d_i w)``;
+* ``inexact`` — ``k_max`` such steps of size ``alpha`` (thesis Eq. 4.1);
+* ``quadratic`` — QA-PDMM with curvature ``mu`` (thesis Eq. 4.9):
+  ``w ← (μ w − ∇f_i(w) − Σ_j B_{i|j} z_{i|j}) / (μ + ρ d_i)``.
+
+Indexing: ``w^(t)`` is the iterate computed in round ``t`` from ``z^(t)``; the one-step solvers
+start from ``w^(t−1)`` (``w^(−1)`` = the common initialization). All nodes and all directed edges
+are updated at once: ``z`` is stacked as ``[2|E|, P]`` (row ``e`` = ``z_{src(e)|dst(e)}``, edges in
+lexicographic order), with no Python loop over nodes or edges in a round.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from bench.errors import BenchInputError, require
+from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, State, check_batch
+from bench.registry_utils import require_choice
+from bench.simulation.messages import MessageBatch
+
+if TYPE_CHECKING:
+    from bench.data.stacked import NodeBatch
+    from bench.simulation.engine import Simulation
+
+SOLVERS = ("exact", "gradient_step", "inexact", "quadratic")
+
+
+class EdgeStructure:
+    """Directed-edge bookkeeping: ``src``, ``dst``, sign ``s = B_{src|dst}``, reverse index, degree."""
+
+    def __init__(self, edges: torch.Tensor, n_nodes: int, dtype: torch.dtype) -> None:
+        self.src, self.dst = edges[:, 0], edges[:, 1]
+        self.n_edges = int(edges.shape[0])
+        self.sign = torch.where(self.src < self.dst, 1.0, -1.0).to(dtype)
+        keys = self.src * n_nodes + self.dst  # sorted (edges are lexicographic)
+        self.rev = torch.searchsorted(keys, self.dst * n_nodes + self.src)
+        self.degree = torch.bincount(self.src, minlength=n_nodes).to(dtype)
+        self.n_nodes = n_nodes
+
+    def node_sum(self, per_edge: torch.Tensor) -> torch.Tensor:
+        """``Σ_{e: src(e)=i} per_edge[e]`` for every node ``i``: ``[N, P]``."""
+        out = torch.zeros(self.n_nodes, per_edge.shape[1], dtype=per_edge.dtype, device=per_edge.device)
+        return out.index_add_(0, self.src, per_edge)
+
+    def bz(self, z: torch.Tensor) -> torch.Tensor:
+        """``a_i = Σ_{j∈N_i} B_{i|j} z_{i|j}``."""
+        return self.node_sum(self.sign[:, None] * z)
+
+
+@PROTOCOLS.register(
+    "pdmm", "A/PDMM (θ=1 PDMM, θ=½ ADMM) with differential transmission and subspace perturbation"
+)
+class PDMM(Protocol):
+    """A/PDMM on the communication graph (see the module docstring for the equations).
+
+    Parameters
+    ----------
+    rho:
+        Penalty ρ (0.4 in every experiment of the PDMM papers).
+    theta:
+        Averaging θ: 1 = PDMM, 0.5 = ADMM.
+    solver:
+        ``exact``, ``gradient_step``, ``inexact`` or ``quadratic``.
+    mu:
+        Step of ``gradient_step`` (μ = 0.1 for logistic regression, TIFS App. E-A) or the
+        curvature of ``quadratic``.
+    k_max, alpha:
+        Inner steps and their size for ``inexact``.
+    exact_steps, exact_lipschitz:
+        Gradient steps and the smoothness bound ``L`` of ``f_i`` used by ``exact`` when no
+        closed form exists (step ``1 / (L + ρ d_i)``).
+    z0_variance:
+        σ_z², the variance of the initial ``z^(0)`` (subspace perturbation; 0 = none).
+    differential:
+        Send increments ``Δz`` after a secure ``z^(0)`` (True) or ``z`` itself in plaintext.
+    batch_size:
+        ``None`` = the full local set every round (the papers); else a minibatch.
+    loss_reduction:
+        ``"sum"`` (the papers' ``f_i``) or ``"mean"``.
+    record_trajectory:
+        Keep every round's true ``w`` and ``z`` (for oracle comparisons in small runs).
+    """
+
+    def __init__(
+        self,
+        rho: float = 0.4,
+        theta: float = 1.0,
+        solver: str = "gradient_step",
+        mu: float = 0.1,
+        k_max: int = 10,
+        alpha: float = 0.1,
+        exact_steps: int = 2000,
+        exact_lipschitz: float = 1.0,
+        z0_variance: float = 0.0,
+        differential: bool = True,
+        batch_size: int | None = None,
+        loss_reduction: str = "sum",
+        record_trajectory: bool = False,
+    ) -> None:
+        super().__init__()
+        require(isinstance(rho, (int, float)) and rho > 0, "protocol.rho", rho, "must be positive")
+        require(
+            isinstance(theta, (int, float)) and 0 < theta <= 1, "protocol.theta", theta, "must be in (0, 1]"
+        )
+        self.rho, self.theta = float(rho), float(theta)
+        self.solver = require_choice(solver, SOLVERS, "protocol.solver")
+        require(isinstance(mu, (int, float)) and mu > 0, "protocol.mu", mu, "must be positive")
+        self.mu = float(mu)
+        require(isinstance(k_max, int) and k_max >= 1, "protocol.k_max", k_max, "must be a positive integer")
+        self.k_max = k_max
+        require(isinstance(alpha, (int, float)) and alpha > 0, "protocol.alpha", alpha, "must be positive")
+        self.alpha = float(alpha)
+        require(
+            isinstance(exact_steps, int) and exact_steps >= 1,
+            "protocol.exact_steps",
+            exact_steps,
+            "must be a positive integer",
+        )
+        self.exact_steps = exact_steps
+        self.exact_lipschitz = float(exact_lipschitz)
+        require(
+            isinstance(z0_variance, (int, float)) and z0_variance >= 0,
+            "protocol.z0_variance",
+            z0_variance,
+            "must be >= 0",
+        )
+        self.z0_variance = float(z0_variance)
+        self.differential = bool(differential)
+        self.batch_size = check_batch(batch_size)
+        self.loss_reduction = require_choice(loss_reduction, ("sum", "mean"), "protocol.loss_reduction")
+        self.record_trajectory = bool(record_trajectory)
+        self._edges: EdgeStructure | None = None
+        self.trajectory: dict[str, list[torch.Tensor]] = {"w": [], "z": []}
+
+    # ------------------------------------------------------------------------------ set-up
+    @property
+    def batch_plan(self) -> BatchPlan:
+        return BatchPlan(self.batch_size, local_steps=1)
+
+    def bind(self, sim: Simulation) -> None:
+        super().bind(sim)
+        if sim.topology is None or sim.edges.shape[0] == 0:
+            raise BenchInputError("topology", sim.config.topology, reason="PDMM needs a graph with edges")
+
+    @property
+    def edges(self) -> EdgeStructure:
+        assert self.sim is not None
+        if self._edges is None or self._edges.src.device != self.sim.edges.device:
+            self._edges = EdgeStructure(self.sim.edges, self.sim.n_nodes, self.sim.dtype)
+        return self._edges
+
+    def init_state(self, theta0: torch.Tensor) -> State:
+        """``w^(−1)`` = the initialization; ``z^(0) ~ N(0, σ_z²)`` per directed edge."""
+        assert self.sim is not None
+        from bench.simulation.engine import derive_seed
+
+        e = self.edges
+        gen = torch.Generator().manual_seed(derive_seed(self.sim.seed, "pdmm_z0"))
+        z0 = torch.randn(e.n_edges, theta0.shape[1], generator=gen, dtype=torch.float64)
+        z0 = (self.z0_variance**0.5 * z0).to(device=theta0.device, dtype=theta0.dtype)
+        return {"theta": theta0.clone(), "z": z0}
+
+    # ------------------------------------------------------------------------------ solvers
+    def _grad(self, w: torch.Tensor, batch: NodeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``∇f_i(w_i)`` for all nodes (sum or mean reduction) and the per-node losses."""
+        assert self.sim is not None
+        x, y, mask = batch.x[:, 0], batch.y[:, 0], batch.mask[:, 0]
+        grads, losses = self.sim.objective.node_grads(w, x, y, mask)
+        if self.loss_reduction == "sum":
+            n = mask.sum(1, keepdim=True).to(w.dtype)
+            grads, losses = grads * n, losses * n[:, 0]
+        return grads, losses
+
+    def _least_squares(self, a: torch.Tensor, batch: NodeBatch) -> torch.Tensor | None:
+        """Closed-form exact step for a linear model with squared loss, else ``None``.
+
+        ``min_θ Σ_k (x̃_kᵀθ − y_k)² + aᵀθ + (ρd/2)‖θ‖²`` with ``x̃ = [x, 1]`` (the flat layout of
+        ``Linear(d, 1)`` is ``[weight, bias]``): ``(2 X̃ᵀX̃ + ρ d I) θ = 2 X̃ᵀ y − a``."""
+        assert self.sim is not None
+        mod = self.sim.flat.module
+        linear = [m for m in mod.modules() if isinstance(m, torch.nn.Linear)]
+        if self.sim.loss_name != "squared" or len(linear) != 1 or linear[0].out_features != 1:
+            return None
+        x = batch.x[:, 0].flatten(2)
+        w = batch.mask[:, 0].to(x.dtype)[..., None]
+        xt = torch.cat([x, torch.ones_like(x[..., :1])], dim=2) * w
+        scale = 2.0 if self.loss_reduction == "sum" else 2.0 / w.sum(1, keepdim=True).clamp_min(1.0)
+        gram = scale * xt.transpose(1, 2) @ xt
+        rhs = (scale * xt.transpose(1, 2) @ (batch.y[:, 0].to(x.dtype)[..., None] * w))[..., 0] - a
+        eye = torch.eye(gram.shape[-1], dtype=x.dtype, device=x.device)
+        system = gram + (self.rho * self.edges.degree)[:, None, None] * eye
+        return torch.linalg.solve(system, rhs)
+
+    def local_solve(
+        self, w_prev: torch.Tensor, a: torch.Tensor, batch: NodeBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The local primal update (4) with the configured solver; returns ``w^(t)`` and losses."""
+        rd = (self.rho * self.edges.degree)[:, None]
+        if self.solver == "gradient_step":
+            g, loss = self._grad(w_prev, batch)
+            return w_prev - self.mu * (g + a + rd * w_prev), loss
+        if self.solver == "quadratic":
+            g, loss = self._grad(w_prev, batch)
+            return (self.mu * w_prev - g - a) / (self.mu + rd), loss
+        if self.solver == "inexact":
+            w = w_prev
+            for _ in range(self.k_max):
+                g, loss = self._grad(w, batch)
+                w = w - self.alpha * (g + a + rd * w)
+            return w, loss
+        closed = self._least_squares(a, batch)
+        if closed is not None:
+            return closed, self._grad(closed, batch)[1]
+        return self._exact_descent(w_prev, a, batch, rd)
+
+    def _exact_descent(
+        self, w: torch.Tensor, a: torch.Tensor, batch: NodeBatch, rd: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Solve (4) by safeguarded gradient descent, all nodes at once: per-node steps start at
+        ``1 / (L + ρ d_i)``, halve when neither the sub-problem objective
+        ``f_i(w) + aᵀw + (ρ d_i / 2)‖w‖²`` nor the residual decreases and grow by 10 % otherwise; stop
+        when every node's optimality residual ``‖∇f_i + a_i + ρ d_i w_i‖`` is below 1e-12
+        (relative) or after ``exact_steps`` steps."""
+
+        def objective(w_: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            g, f = self._grad(w_, batch)
+            return f + (a * w_).sum(1) + 0.5 * rd[:, 0] * (w_ * w_).sum(1), g + a + rd * w_
+
+        step = 1.0 / (self.exact_lipschitz + rd)
+        obj, res = objective(w)
+        scale = res.norm(dim=1).max().clamp_min(1.0)
+        for k in range(self.exact_steps):
+            w_try = w - step * res
+            obj_try, res_try = objective(w_try)
+            # accept when the objective decreases, or (near the optimum, where rounding hides
+            # objective changes) when the optimality residual does
+            ok = ((obj_try < obj) | (res_try.norm(dim=1) < res.norm(dim=1)))[:, None]
+            w, obj = torch.where(ok, w_try, w), torch.where(ok[:, 0], obj_try, obj)
+            res = torch.where(ok, res_try, res)
+            step = torch.where(ok, step * 1.1, step * 0.5)
+            if k % 20 == 19 and bool(res.norm(dim=1).max() < 1e-12 * scale):
+                break
+        return w, self._grad(w, batch)[1]
+
+    # ------------------------------------------------------------------------------- round
+    def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
+        assert self.sim is not None and batch is not None
+        e, ctx, z = self.edges, self.ctx(t, state), state["z"]
+        if t == 0 and self.differential:
+            # z_{i|j}^(0) held by i, shared once with j over a secure channel
+            init = MessageBatch(
+                0,
+                0,
+                "z0",
+                z,
+                e.src,
+                torch.stack([torch.arange(e.n_edges, device=z.device), e.dst], 1),
+                secure=True,
+            )
+            self.sim.channel.send(init, ctx)
+        w, losses = self.local_solve(state["theta"], e.bz(z), batch)
+        # node src(e) computes z_{dst|src}^(t+1), stored at row rev(e)
+        y = z + 2.0 * self.rho * e.sign[:, None] * w[e.src]
+        new_rev = (1.0 - self.theta) * z[e.rev] + self.theta * y
+        payload = new_rev - z[e.rev] if self.differential else new_rev
+        rows = torch.arange(e.n_edges, device=z.device)
+        msgs = MessageBatch(
+            t, 1, "delta_z" if self.differential else "z", payload, e.src, torch.stack([rows, e.dst], 1)
+        )
+        got = self.sim.channel.send(msgs, ctx)
+        if got.payload.shape[0] != e.n_edges:
+            raise RuntimeError("a defense or adversary changed the number of PDMM messages")
+        z_new = torch.empty_like(z)
+        z_new[e.rev] = z[e.rev] + got.payload if self.differential else got.payload
+        state["z"], state["theta"] = z_new, w
+        if self.record_trajectory:
+            self.trajectory["w"].append(w.detach().cpu().clone())
+            self.trajectory["z"].append(z_new.detach().cpu().clone())
+        return {"loss": losses.mean()}
+
+    def hyperparameters(self) -> dict[str, Any]:
+        hp = super().hyperparameters()
+        hp.pop("trajectory", None)
+        return hp
+
+
+def subspace_perturbation_dimension(n_nodes: int, edges: torch.Tensor) -> int:
+    """``dim Ψ⊥`` per coordinate, ``Ψ⊥ = ker Cᵀ ∩ ker (PC)ᵀ`` (TIFS Eq. 15; thesis §1.4).
+
+    ``C`` maps node values to directed edges (row ``e``: ``B_{src|dst}`` at column ``src``) and
+    ``P`` swaps each directed edge with its reverse. ``z`` components in ``Ψ⊥`` never reach the
+    primal updates: they are the persistent secret noise of subspace perturbation. Returns
+    ``2|E| − rank([Cᵀ; (PC)ᵀ])``, which is positive iff ``|E| ≥ |V|`` for a connected graph
+    (0 on a star or any tree)."""
+    st = EdgeStructure(edges, n_nodes, torch.float64)
+    C = torch.zeros(st.n_edges, n_nodes, dtype=torch.float64)
+    C[torch.arange(st.n_edges), st.src] = st.sign
+    PC = C[st.rev]
+    stacked = torch.cat([C.T, PC.T], dim=0)
+    return st.n_edges - int(torch.linalg.matrix_rank(stacked))
