@@ -26,7 +26,7 @@ EXIT_BAD_INPUT = 2
 
 
 def _catalogues(root: Path | None = None) -> dict[str, Any]:
-    from bench.attacks import ATTACKS, analytic, dlg, gradient_recovery  # noqa: F401  (registration)
+    from bench.attacks import ATTACKS, analytic, dlg, gradient_recovery, pdmm_analytic  # noqa: F401  (registration)
     from bench.catalog import Catalog, bench_root
     from bench.data import DATASETS, PARTITIONS
     from bench.defenses_api import DEFENSES, load_all_defenses
@@ -147,7 +147,7 @@ def parse_defense(text: str) -> Any:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bench.catalog import Catalog, bench_root
     from bench.results.store import ResultStore
-    from bench.runner.grid import expand_grid, run_grid
+    from bench.runner.grid import applicable, expand_grid, run_grid
     from bench.runner.job import validate_run
     from bench.scoring import entry_table, format_table, tables_by_track
     from bench.simulation.lightning import quiet_lightning
@@ -176,6 +176,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else root / "runs"
     store_url = args.store or str(out / "results.sqlite")
     specs = expand_grid(catalog, tasks, defenses, seeds)
+    specs, skipped_pairs = applicable(specs, root)
+    if skipped_pairs:
+        print(
+            f"skipping {len(skipped_pairs)} (task, defense) pairs whose defense does not apply to the task's "
+            f"protocol: " + ", ".join(f"{t} x {d}" for t, d in skipped_pairs)
+        )
     for spec in {(s.task.name, s.defense.label): s for s in specs}.values():
         validate_run(spec, root)
     store = ResultStore(store_url)

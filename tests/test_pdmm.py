@@ -146,12 +146,12 @@ def test_pdmm_and_admm_converge_to_the_centralized_optimum():
     admm = Simulation(
         {
             **LOGREG,
-            "protocol_params": {"solver": "exact", "theta": 0.5, "exact_steps": 200, "z0_variance": 1.0},
+            "protocol_params": {"solver": "exact", "theta": 0.5, "exact_steps": 40, "z0_variance": 1.0},
         }
     )
     admm.run(800)
     assert (admm.theta - w_star).abs().max().item() < 1e-4
-    early = Simulation({**LOGREG, "protocol_params": {"solver": "exact", "theta": 0.5, "exact_steps": 200}})
+    early = Simulation({**LOGREG, "protocol_params": {"solver": "exact", "theta": 0.5, "exact_steps": 40}})
     early.run(100)
     assert (early.theta - w_star).abs().max().item() > 1e-4  # ADMM is slower
 

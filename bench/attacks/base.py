@@ -27,11 +27,12 @@ class AttackError(RuntimeError):
 
 @dataclass(frozen=True)
 class Requirement:
-    """What an attack needs recorded: ``rounds`` (communication rounds) and message ``kinds``
-    (``None`` = every kind)."""
+    """What an attack needs recorded: ``rounds`` (communication rounds; ``all_rounds`` for
+    attacks that integrate a whole transcript) and message ``kinds`` (``None`` = every kind)."""
 
     rounds: tuple[int, ...]
     kinds: tuple[str, ...] | None = None
+    all_rounds: bool = False
 
 
 @dataclass

@@ -30,6 +30,24 @@ def expand_grid(catalog: Catalog, tasks: list[str], defenses: list[DefenseSpec],
     ]
 
 
+def applicable(specs: list[RunSpec], root: Path) -> tuple[list[RunSpec], list[tuple[str, str]]]:
+    """Drop the jobs whose defense declares protocols that exclude the task's protocol.
+
+    Returns the kept jobs and the skipped ``(task, defense)`` pairs."""
+    from bench.defenses_api import build_defense
+
+    kept, skipped = [], []
+    for spec in specs:
+        defense = build_defense(spec.defense.name, spec.defense.params, root)
+        if defense.protocols and spec.task.simulation.protocol not in defense.protocols:
+            pair = (spec.task.name, spec.defense.label)
+            if pair not in skipped:
+                skipped.append(pair)
+        else:
+            kept.append(spec)
+    return kept, skipped
+
+
 def _worker_init(threads: int) -> None:
     import torch
 

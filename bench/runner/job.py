@@ -128,7 +128,10 @@ def run_job(spec: RunSpec, root: Path, progress: bool = False, log_dir: Path | N
         defense = build_defense(spec.defense.name, spec.defense.params, root)
         attacks = build_attacks(task)
         threats = {th.name: build_threat(th.name, **th.params) for th in task.threats}
-        rounds = sorted({r for lst in attacks.values() for _, a in lst for r in a.requirements().rounds})
+        needs = [a.requirements() for lst in attacks.values() for _, a in lst]
+        rounds: list[int] | str = sorted({r for req in needs for r in req.rounds})
+        if any(req.all_rounds for req in needs):
+            rounds = "all"  # the transcript grows with the run: such tasks stay small
         kinds_sets = [a.requirements().kinds for lst in attacks.values() for _, a in lst]
         kinds = (
             None if any(k is None for k in kinds_sets) else sorted({k for ks in kinds_sets for k in ks or ()})

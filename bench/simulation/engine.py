@@ -114,7 +114,16 @@ class Simulation:
         if train.n_classes == 0:
             self.node_data.y = self.node_data.y.to(self.dtype)
 
-        module = build_model(cfg.model, train.input_shape, train.n_classes, **cfg.model_params)
+        module = build_model(
+            cfg.model, train.input_shape, train.n_classes, for_engine=True, **cfg.model_params
+        )
+        if any(True for _ in module.buffers()):
+            raise BenchInputError(
+                "model.name",
+                cfg.model,
+                reason="it has buffers (e.g. BatchNorm running statistics); the stacked engine needs buffer-free "
+                "models (use a GroupNorm variant)",
+            )
         self.flat = FlatModel(module.to(self.dtype))
         with torch.no_grad():
             n_out = int(module(train.x[:1].to(self.dtype)).shape[-1])

@@ -30,7 +30,8 @@ class FlatModel:
     ----------
     module:
         The architecture; its own parameters are used only for initialization. Buffers are
-        not supported here (models with BatchNorm come with the model-zoo issue).
+        not supported: BatchNorm models have GroupNorm twins (``bench.models.engine_compatible``,
+        ``*_gn``).
     """
 
     def __init__(self, module: nn.Module) -> None:

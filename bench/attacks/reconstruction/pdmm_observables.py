@@ -105,23 +105,27 @@ class PDMMObservables:
             raise AttackError(f"needs every round from 0 on; observed rounds {rounds[:5]}…")
         dtype = batches[0].payload.dtype
         self.e = EdgeStructure(edges, n, dtype)
-        index = {p: k for k, p in enumerate(pairs)}
+        keys = edges[:, 0] * n + edges[:, 1]  # sorted: edges are lexicographic
+
+        def edge_rows(m: object) -> tuple[torch.Tensor, torch.Tensor]:
+            """(directed-edge index, payload row) of every delivery of a batch, vectorized."""
+            senders = m.senders[m.edges[:, 0]]  # type: ignore[attr-defined]
+            idx = torch.searchsorted(keys, senders * n + m.edges[:, 1])  # type: ignore[attr-defined]
+            return idx, m.edges[:, 0]  # type: ignore[attr-defined]
+
         self.n, self.T = n, len(batches)
         self.P = batches[0].payload.shape[1]
         self.D = torch.full((self.T, self.e.n_edges, self.P), float("nan"), dtype=dtype)
-        for m in batches:
-            rows = [
-                index[(int(m.senders[r]), int(rcv))]
-                for r, rcv in zip(m.edges[:, 0], m.edges[:, 1], strict=True)
-            ]
-            self.D[m.round, rows] = m.payload[m.edges[:, 0]]
+        for m in batches:  # one batch per round
+            idx, rows = edge_rows(m)
+            self.D[m.round, idx] = m.payload[rows]
         if torch.isnan(self.D).any():
             raise AttackError("some edges' delta_z messages were not observed (the attack needs all of them)")
         # z^(0) the coalition received: z_{i|c}^(0) on edges (i → c)
         self.z0_known = torch.zeros(self.e.n_edges, self.P, dtype=dtype)
         for m in view.select(round_=0, kind="z0"):
-            for r, rcv in zip(m.edges[:, 0], m.edges[:, 1], strict=True):
-                self.z0_known[index[(int(m.senders[r]), int(rcv))]] = m.payload[r]
+            idx, rows = edge_rows(m)
+            self.z0_known[idx] = m.payload[rows]
         self.coalition = view.coalition
         self.view = view
         self.rd = (self.rho * self.e.degree)[:, None]
