@@ -265,6 +265,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from bench.data.cli import cmd_data as run_data
+
+    return run_data(args)
+
+
+COMMANDS.register("data", "list, download, verify and import real datasets")(cmd_data)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -326,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_sim.add_argument("--record-rounds", help="comma-separated rounds to record, e.g. 0,1,2")
     p_sim.add_argument("--out", default="runs/simulate", help="output folder (CSV log)")
     p_sim.add_argument("--no-progress", action="store_true")
+    from bench.data.cli import add_data_parser
+
+    add_data_parser(sub)
     return parser
 
 

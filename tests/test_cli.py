@@ -84,7 +84,7 @@ def test_bad_topology_name_subprocess_has_no_traceback():
             ["coalition", "node 99 does not exist"],
         ),
         (["simulate", "--threat", "spy"], ["threat.name", "eavesdropper, fl_user, neighbors, server"]),
-        (["simulate", "--dataset", "mnist"], ["dataset.name", "digits"]),
+        (["simulate", "--dataset", "imagenet"], ["dataset.name", "digits"]),
         (["simulate", "--model", "resnet"], ["model.name", "mlp"]),
         (["simulate", "--param", "partition.n_per_node=0"], ["partition.n_per_node"]),
         (

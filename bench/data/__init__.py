@@ -1,12 +1,28 @@
-"""Datasets (synthetic and offline real data) and partitions over nodes."""
+"""Datasets (synthetic, bundled and cached real data) and partitions over nodes.
 
-from bench.data import digits, synthetic  # noqa: F401  (registers the datasets)
+Real datasets (MNIST, Fashion-MNIST, CIFAR-10/100, STL-10, Purchase-100, Texas-100, Adult)
+are read from the cache ``BENCH_DATA`` (default ``~/.cache/bench``) after checksum
+verification; see :mod:`bench.data.sources`, :mod:`bench.data.cache` and
+:mod:`bench.data.manage` (``python -m bench data …``).
+"""
+
+from bench.data import digits, leaf, real, synthetic  # noqa: F401  (registers the datasets)
+from bench.data.attributed import AttributedDataset
 from bench.data.dataset import ArrayDataset, TrainTest
-from bench.data.partition import PARTITIONS
+from bench.data.partition import PARTITIONS, partition_summary
 from bench.data.registry import DATASETS
 from bench.data.stacked import NodeData
 
-__all__ = ["DATASETS", "PARTITIONS", "ArrayDataset", "NodeData", "TrainTest", "load_dataset"]
+__all__ = [
+    "DATASETS",
+    "PARTITIONS",
+    "ArrayDataset",
+    "AttributedDataset",
+    "NodeData",
+    "TrainTest",
+    "load_dataset",
+    "partition_summary",
+]
 
 
 def load_dataset(name: str, seed: int = 0, **params) -> TrainTest:

@@ -1,63 +1,83 @@
-"""Model zoo: every model is a plain ``nn.Module`` usable with ``torch.func.functional_call``
-under ``vmap`` over stacked nodes (no BatchNorm state in the models of this module)."""
+"""Model zoo: registered factories ``(input_shape, n_outputs, **params) -> nn.Module``.
+
+``n_outputs`` is the number of classes (0 for regression); binary ``logreg`` uses one logit.
+Every model cites its source and states its parameter count in its docstring
+(``tests/test_models.py`` checks the counts).
+
+================= ============================================================== ======
+name              model                                                          engine
+================= ============================================================== ======
+``logreg``        logistic regression (binary: one logit; multinomial)           yes
+``linear``        linear least squares                                           yes
+``mlp``           MLP, hidden (100,) by default (PDMM papers' attack model)      yes
+``purchase_fc``   Purchase/Texas FC 512-256-128-classes, tanh (Li et al.; TIFS)  yes
+``lenet_dlg``     DLG's sigmoid LeNet (Zhu et al. 2019)                          yes
+``lenet5``        LeNet-5 with ReLU and max-pooling (LeCun et al. 1998)          yes
+``convnet``       Geiping et al.'s ConvNet64, BatchNorm                          no
+``convnet_gn``    the same with GroupNorm                                        yes
+``vgg11_bn``      VGG-11 (configuration A) with BatchNorm, 32×32                 no
+``vgg11_gn``      the same with GroupNorm                                        yes
+``resnet20``      ResNet20 for CIFAR (He et al. 2016), BatchNorm                 no
+``resnet20_gn``   the same with GroupNorm                                        yes
+``alexnet_tifs``  AlexNet variant of the TIFS paper's code                       yes
+``shallow_cnn``   ≈ 225k-parameter CNN (Pasquini et al. App. D.1; our design)    yes
+================= ============================================================== ======
+
+"engine": buffer-free, so :class:`bench.simulation.flat.FlatModel` accepts it and the
+stacked-node engine evaluates it with ``functional_call`` under ``vmap`` over nodes. BatchNorm
+models keep running statistics in buffers and are not usable there
+(:func:`engine_compatible`, :func:`engine_alternative`); their ``_gn`` twins are.
+"""
 
 from __future__ import annotations
 
-import itertools
-import math
 from typing import Any
 
 from torch import nn
 
-from bench.errors import BenchInputError, require_positive_int
-from bench.registry import Registry
+from bench.errors import BenchInputError
+from bench.models import cnn, dense, lenet, resnet, vgg  # noqa: F401  (registers the models)
+from bench.models.base import MODELS, engine_alternative, engine_compatible
+from bench.models.dense import linear, logistic_regression, mlp
 from bench.registry_utils import check_params
 
-MODELS: Registry = Registry("model")
+__all__ = [
+    "MODELS",
+    "build_model",
+    "engine_alternative",
+    "engine_compatible",
+    "linear",
+    "logistic_regression",
+    "mlp",
+]
 
 
-@MODELS.register("logreg", "logistic regression: binary (one logit) or multinomial (softmax)")
-def logistic_regression(input_shape: tuple[int, ...], n_outputs: int) -> nn.Module:
-    """``f(x) = Wx + b`` on the flattened input.
-
-    With two classes the model has one output (the logit of class 1, loss: binary cross-entropy,
-    as the PDMM papers' ``σ(wᵀx + b)``); with ``C > 2`` classes ``C`` outputs (softmax
-    cross-entropy, multinomial logistic regression).
-    """
-    d = math.prod(input_shape)
-    return nn.Sequential(nn.Flatten(), nn.Linear(d, 1 if n_outputs == 2 else n_outputs))
-
-
-@MODELS.register("linear", "linear least squares: f(x) = <w, x> + b (Xu & Neglia Eq. 2)")
-def linear(input_shape: tuple[int, ...], n_outputs: int) -> nn.Module:
-    """A linear regression model ``f(x) = wᵀx + b`` (one output), trained with squared loss."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), max(n_outputs, 1)))
-
-
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
-
-
-@MODELS.register("mlp", "multilayer perceptron with configurable hidden widths and activation")
-def mlp(
-    input_shape: tuple[int, ...],
-    n_outputs: int,
-    hidden: list[int] | tuple[int, ...] = (100,),
-    activation: str = "relu",
+def build_model(
+    name: str, input_shape: tuple[int, ...], n_outputs: int, *, for_engine: bool = False, **params: Any
 ) -> nn.Module:
-    """``Linear → act → … → Linear`` on the flattened input; ``hidden=(100,)`` is the 2-layer,
-    width-100 MLP of the PDMM papers' attack experiments."""
-    if activation not in _ACTIVATIONS:
-        raise BenchInputError("model.activation", activation, choices=_ACTIVATIONS)
-    widths = [math.prod(input_shape), *(require_positive_int(h, "model.hidden") for h in hidden)]
-    layers: list[nn.Module] = [nn.Flatten()]
-    for w_in, w_out in itertools.pairwise(widths):
-        layers += [nn.Linear(w_in, w_out), _ACTIVATIONS[activation]()]
-    layers.append(nn.Linear(widths[-1], max(n_outputs, 1)))
-    return nn.Sequential(*layers)
+    """Build registered model ``name``; unknown names and parameters are clear errors.
 
-
-def build_model(name: str, input_shape: tuple[int, ...], n_outputs: int, **params: Any) -> nn.Module:
-    """Build registered model ``name``; unknown names and parameters are clear errors."""
+    Parameters
+    ----------
+    name:
+        Registered model name (:data:`MODELS`).
+    input_shape:
+        Per-sample input shape, ``(C, H, W)`` for images.
+    n_outputs:
+        Number of classes, 0 for regression.
+    for_engine:
+        Refuse, with a :class:`~bench.errors.BenchInputError` naming the buffer-free
+        alternative, models that the stacked-node engine cannot evaluate (BatchNorm).
+    **params:
+        The model's own parameters.
+    """
     fn = MODELS.get(name, field="model.name")
+    if for_engine and not engine_compatible(name):
+        raise BenchInputError(
+            "model.name",
+            name,
+            reason=f"'{name}' has BatchNorm running statistics (buffers), which the stacked-node engine "
+            f"does not support; use '{engine_alternative(name)}' (GroupNorm) instead",
+        )
     check_params(fn, params, "model")
     return fn(tuple(input_shape), n_outputs, **params)

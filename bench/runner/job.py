@@ -54,7 +54,12 @@ def build_attacks(task: TaskSpec) -> dict[str, list[tuple[str, Attack]]]:
 
 
 def validate_run(spec: RunSpec, root: Path) -> None:
-    """Check names and parameters of everything a job uses before any job runs."""
+    """Check names and parameters of everything a job uses, and that its dataset is available
+    (offline: the error names the files and the two ways to provide them), before any job runs."""
+    from bench.data.manage import require_available
+
+    sim_spec = spec.task.simulation
+    require_available(sim_spec.dataset, sim_spec.dataset_params.get("root"))
     defense = build_defense(spec.defense.name, spec.defense.params, root)
     protocol = spec.task.simulation.protocol
     if defense.protocols and protocol not in defense.protocols:

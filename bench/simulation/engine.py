@@ -16,12 +16,12 @@ from typing import Any
 import torch
 
 from bench.data import load_dataset
-from bench.data.partition import PARTITIONS
+from bench.data.partition import PARTITIONS, partition_summary
 from bench.data.stacked import NodeBatch, NodeData, counter_hash
 from bench.errors import BenchInputError
 from bench.models import build_model
 from bench.protocols import PROTOCOLS, Protocol
-from bench.registry_utils import call_with_params
+from bench.registry_utils import call_with_params, check_params
 from bench.simulation.channel import Channel
 from bench.simulation.config import SimulationConfig
 from bench.simulation.flat import FlatModel
@@ -97,16 +97,26 @@ class Simulation:
         self.protocol: Protocol = call_with_params(PROTOCOLS, cfg.protocol, "protocol", **cfg.protocol_params)
 
         data = load_dataset(cfg.dataset, seed=derive_seed(cfg.seed, "dataset"), **cfg.dataset_params)
-        parts = call_with_params(
-            PARTITIONS,
-            cfg.partition,
+        train = data.train
+        partition = PARTITIONS.get(cfg.partition, field="partition.name")
+        check_params(
+            partition,
+            cfg.partition_params,
             "partition",
-            n_samples=len(data.train),
+            reserved=("n_samples", "n_nodes", "seed", "labels", "attributes"),
+        )
+        part_seed = derive_seed(cfg.seed, "partition")
+        labels = train.y if train.n_classes > 0 else None
+        parts = partition(
+            n_samples=len(train),
             n_nodes=cfg.nodes,
-            seed=derive_seed(cfg.seed, "partition"),
+            seed=part_seed,
+            labels=labels,
+            attributes=getattr(train, "attributes", None),
             **cfg.partition_params,
         )
-        train = data.train
+        #: the partition (sizes, label histogram) for the run's provenance
+        self.partition_info = partition_summary(cfg.partition, cfg.partition_params, part_seed, parts, labels)
         self.train_set = train
         self.test_set = data.test
         self.node_data = NodeData.from_partition(train, parts)
@@ -121,8 +131,8 @@ class Simulation:
             raise BenchInputError(
                 "model.name",
                 cfg.model,
-                reason="it has buffers (e.g. BatchNorm running statistics); the stacked engine needs buffer-free "
-                "models (use a GroupNorm variant)",
+                reason="it has buffers (e.g. BatchNorm running statistics); the stacked engine "
+                "needs buffer-free models (use a GroupNorm variant)",
             )
         self.flat = FlatModel(module.to(self.dtype))
         with torch.no_grad():
