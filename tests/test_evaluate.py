@@ -172,6 +172,8 @@ def test_diverging_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, cap
     assert results["diverging"].status == "failed" and "diverged" in results["diverging"].reason
     assert results["tiny_logreg"].status == "ok"
     assert results["tiny_logreg"].privacy["server"] == pytest.approx(0.0, abs=1e-6)  # exact inversion
+    partition = results["tiny_logreg"].provenance["partition"]  # exported with the run's provenance
+    assert partition["name"] == "fixed_size" and partition["sizes"] == [1] * 12
     assert "1 failed" in out
     # a re-run skips both finished jobs
     assert evaluate(root, tmp_path) == 0

@@ -69,6 +69,8 @@ class EdgeStructure:
         self.rev = torch.searchsorted(keys, self.dst * n_nodes + self.src)
         self.degree = torch.bincount(self.src, minlength=n_nodes).to(dtype)
         self.n_nodes = n_nodes
+        #: (row, receiver) deliveries of one message per directed edge, built once
+        self.deliveries = torch.stack([torch.arange(self.n_edges, device=edges.device), self.dst], 1)
 
     def node_sum(self, per_edge: torch.Tensor) -> torch.Tensor:
         """``Σ_{e: src(e)=i} per_edge[e]`` for every node ``i``: ``[N, P]``."""
@@ -281,30 +283,20 @@ class PDMM(Protocol):
         e, ctx, z = self.edges, self.ctx(t, state), state["z"]
         if t == 0 and self.differential:
             # z_{i|j}^(0) held by i, shared once with j over a secure channel
-            init = MessageBatch(
-                0,
-                0,
-                "z0",
-                z,
-                e.src,
-                torch.stack([torch.arange(e.n_edges, device=z.device), e.dst], 1),
-                secure=True,
-            )
-            self.sim.channel.send(init, ctx)
+            self.sim.channel.send(MessageBatch(0, 0, "z0", z, e.src, e.deliveries, secure=True), ctx)
         w, losses = self.local_solve(state["theta"], e.bz(z), batch)
-        # node src(e) computes z_{dst|src}^(t+1), stored at row rev(e)
-        y = z + 2.0 * self.rho * e.sign[:, None] * w[e.src]
-        new_rev = (1.0 - self.theta) * z[e.rev] + self.theta * y
-        payload = new_rev - z[e.rev] if self.differential else new_rev
-        rows = torch.arange(e.n_edges, device=z.device)
-        msgs = MessageBatch(
-            t, 1, "delta_z" if self.differential else "z", payload, e.src, torch.stack([rows, e.dst], 1)
-        )
+        # along e = (i → j) node i computes z_{j|i}^(t+1) = (1−θ) z_{j|i} + θ (z_{i|j} + 2ρ B_{i|j} w_i)
+        z_rev = z.index_select(0, e.rev)  # z_{j|i}^(t) for every e
+        y = torch.addcmul(z, (2.0 * self.rho) * e.sign[:, None], w.index_select(0, e.src))
+        step = y - z_rev if self.theta == 1.0 else self.theta * (y - z_rev)  # Δz_{j|i}^(t+1)
+        payload = step if self.differential else z_rev + step
+        msgs = MessageBatch(t, 1, "delta_z" if self.differential else "z", payload, e.src, e.deliveries)
         got = self.sim.channel.send(msgs, ctx)
         if got.payload.shape[0] != e.n_edges:
             raise RuntimeError("a defense or adversary changed the number of PDMM messages")
-        z_new = torch.empty_like(z)
-        z_new[e.rev] = z[e.rev] + got.payload if self.differential else got.payload
+        # row r = (j → i) of z changes by what travelled along rev(r) = (i → j); rev is an involution
+        delivered = got.payload.index_select(0, e.rev)
+        z_new = z + delivered if self.differential else delivered
         state["z"], state["theta"] = z_new, w
         if self.record_trajectory:
             self.trajectory["w"].append(w.detach().cpu().clone())

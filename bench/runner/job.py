@@ -176,7 +176,7 @@ def run_job(spec: RunSpec, root: Path, progress: bool = False, log_dir: Path | N
             attacks=outcomes,
             privacy=privacy,
             runtime_s=time.perf_counter() - start,
-            provenance=provenance(key, spec.seed, device),
+            provenance={**provenance(key, spec.seed, device), "partition": sim.partition_info},
             accounting=defense.accounting(),
         )
     except TrainingDiverged as exc:
