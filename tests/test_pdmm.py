@@ -209,3 +209,29 @@ def test_pdmm_runs_a_cnn_of_the_model_zoo_and_its_weights_stay_recoverable():
     assert W.shape[-1] > 200_000
     assert (obs.increments()[1:] - (W[1:] - W[:-1])).abs().max().item() < 1e-10
     assert (obs.weights(W[-1]) - W).abs().max().item() < 1e-10
+
+
+def test_oracle_observables_separate_estimation_error_from_attack_error():
+    from bench.attacks.reconstruction.pdmm_observables import OracleObservables
+
+    sim = run_pdmm(LOGREG, 15, coalition=(0,), solver="gradient_step", z0_variance=1.0)
+    observed = PDMMObservables(sim.view("eve")).gradient_differences(1, "delta_z", anchor="coalition")[0]
+    oracle = OracleObservables(sim).gradient_differences(1)[0]
+    honest = list(range(1, sim.n_nodes))
+    assert observed.shape == oracle.shape
+    assert (observed[:, honest] - oracle[:, honest]).abs().max().item() < 1e-8  # no estimation error
+    # with quantized transmission the observables carry estimation error the oracle does not
+    from bench.catalog import bench_root
+    from bench.defenses_api import build_defense
+
+    q = Simulation(
+        {**LOGREG, "protocol_params": {"record_trajectory": True, "z0_variance": 1.0}},
+        hooks=build_defense("quantization", {"delta": 1e-3}, bench_root()),
+        threats={"eve": build_threat("eavesdropper", coalition=[0])},
+        record_rounds=range(16),
+    )
+    q.run(15)
+    est = PDMMObservables(q.view("eve")).gradient_differences(1, "delta_z", anchor="coalition")[0]
+    assert (
+        est[:, honest] - OracleObservables(q).gradient_differences(1)[0][:, honest]
+    ).abs().max().item() > 1e-4

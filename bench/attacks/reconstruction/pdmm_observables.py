@@ -249,3 +249,38 @@ def honest_nodes(view: View) -> list[int]:
 
 def as_numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().cpu().numpy()
+
+
+class OracleObservables:
+    """The same quantities as :class:`PDMMObservables`, computed from the *true* trajectory and
+    gradients of a run (harness side only — it reads the simulation, which no attack may do).
+
+    Comparing the two separates estimation error (observables vs oracle) from attack error
+    (an attack run on oracle targets). Needs ``record_trajectory=True`` on the protocol.
+    """
+
+    def __init__(self, sim: object) -> None:
+        protocol = sim.protocol  # type: ignore[attr-defined]
+        if not protocol.trajectory["w"]:
+            raise AttackError("the oracle needs protocol_params.record_trajectory = true")
+        self.sim = sim
+        self.W = torch.stack(protocol.trajectory["w"])  # [T, N, P]: w^(0..T-1)
+        self.shift = 1 if protocol.solver in ONE_STEP_SOLVERS or protocol.solver == "inexact" else 0
+
+    def weights(self, anchor: object = None) -> torch.Tensor:
+        return self.W
+
+    def true_gradients(self, w: torch.Tensor) -> torch.Tensor:
+        """``∇f_i(w_i)`` (the protocol's reduction) for ``w [K, N, P]``."""
+        sim = self.sim
+        batch = sim.batch(0)  # type: ignore[attr-defined]
+        out = [sim.protocol._grad(wk, batch)[0] for wk in w]  # type: ignore[attr-defined]
+        return torch.stack(out)
+
+    def gradient_differences(self, lag: int = 1, estimator: str = "oracle", anchor: object = None):
+        """``(Δg, w_early, w_late)`` with the true ``∇f_i(w^(k+lag)) − ∇f_i(w^(k))``, evaluated at
+        the same points as :meth:`PDMMObservables.gradient_differences` (``w^(k)`` for exact
+        solvers, ``w^(k−1)`` for one-step ones)."""
+        w_eval = self.W[: len(self.W) - self.shift] if self.shift else self.W
+        g = self.true_gradients(w_eval)
+        return g[lag:] - g[:-lag], w_eval[:-lag], w_eval[lag:]
