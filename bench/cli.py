@@ -187,7 +187,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     store = ResultStore(store_url)
     quiet_lightning()
     start = time.perf_counter()
-    ran, skipped = run_grid(specs, store, root, jobs=args.jobs, progress=not args.no_progress)
+    ran, skipped = run_grid(specs, store, root, jobs=args.jobs, progress=not args.no_progress, out_dir=out)
     wall = time.perf_counter() - start
     results = [r for r in store.results() if r.task in set(tasks)]
     df = entry_table(results)

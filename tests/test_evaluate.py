@@ -256,6 +256,8 @@ def test_ranking_reflects_noise_on_digits_fedsgd(tmp_path, capsys):
     clean, noisy = results["none"], results["gaussian_noise(sigma=1.0)"]
     ssim = {a.attack: a for a in clean.attacks}["dlg"].metrics["image_ssim.headline"]
     assert ssim >= 0.8
+    grid = tmp_path / "out" / "reconstructions" / clean.key / "server_dlg.png"
+    assert grid.is_file() and grid.stat().st_size > 100  # reconstructions saved for the page
     assert noisy.privacy["server"] > clean.privacy["server"] + 0.5
     assert noisy.utility < clean.utility
     from bench.scoring import entry_table

@@ -1,4 +1,4 @@
-"""Image reconstruction quality: SSIM and PSNR on de-normalized images.
+"""Image reconstruction quality: SSIM, PSNR and LPIPS on de-normalized images, and PNG grids.
 
 All image metrics map reconstructions and truths back to the raw pixel range
 (``raw = x · std + mean``, per channel when the dataset has per-channel constants) and clip to

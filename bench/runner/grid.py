@@ -57,10 +57,11 @@ def _worker_init(threads: int) -> None:
     quiet_lightning()
 
 
-def _run_in_worker(spec_json: str, root: str) -> dict[str, Any]:
+def _run_in_worker(spec_json: str, root: str, out_dir: str | None) -> dict[str, Any]:
     from bench.runner.job import run_job
 
-    return run_job(RunSpec.model_validate_json(spec_json), Path(root)).to_dict()
+    out = Path(out_dir) if out_dir else None
+    return run_job(RunSpec.model_validate_json(spec_json), Path(root), out_dir=out).to_dict()
 
 
 def run_grid(
@@ -70,6 +71,7 @@ def run_grid(
     jobs: int = 1,
     progress: bool = True,
     on_result: Callable[[JobResult], None] | None = None,
+    out_dir: Path | None = None,
 ) -> tuple[int, int]:
     """Run the jobs of ``specs`` missing from ``store``; returns ``(run now, skipped)``."""
     from tqdm import tqdm
@@ -91,14 +93,19 @@ def run_grid(
     try:
         if jobs <= 1:
             for spec in pending:
-                finish(run_job(spec, root, progress=progress))
+                finish(run_job(spec, root, progress=progress, out_dir=out_dir))
         else:
             threads = max(1, (os.cpu_count() or 1) // jobs)
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(
                 max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(threads,)
             ) as pool:
-                futures = [pool.submit(_run_in_worker, s.model_dump_json(), str(root)) for s in pending]
+                futures = [
+                    pool.submit(
+                        _run_in_worker, s.model_dump_json(), str(root), str(out_dir) if out_dir else None
+                    )
+                    for s in pending
+                ]
                 for fut in as_completed(futures):
                     finish(JobResult.from_dict(fut.result()))
     finally:

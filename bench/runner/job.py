@@ -26,6 +26,7 @@ from bench.attacks import Attack, AttackError, build_attack
 from bench.defenses_api import build_defense
 from bench.errors import BenchInputError
 from bench.metrics import DataInfo, Truth, build_metric
+from bench.metrics.image import save_grid
 from bench.results.provenance import provenance
 from bench.results.record import AttackOutcome, JobResult
 from bench.simulation.engine import Simulation, TrainingDiverged
@@ -82,7 +83,9 @@ def data_info(sim: Simulation) -> DataInfo:
     )
 
 
-def _attack(name: str, attack: Attack, threat: str, sim: Simulation, task: TaskSpec) -> AttackOutcome:
+def _attack(
+    name: str, attack: Attack, threat: str, sim: Simulation, task: TaskSpec, grid_dir: Path | None = None
+) -> AttackOutcome:
     start = time.perf_counter()
     try:
         view = sim.view(threat, public=task.public)
@@ -102,6 +105,12 @@ def _attack(name: str, attack: Attack, threat: str, sim: Simulation, task: TaskS
             values.update({f"{metric_name}.{k}": float(v) for k, v in numbers.items()})
             if i == 0:
                 leakage = float(metric.leakage(numbers))
+        if grid_dir is not None and info.is_image and all(r.x is not None for r in recs):
+            try:  # a picture for the page; it never fails the attack
+                save_grid(recs, truths, info, grid_dir / f"{threat}_{name}.png")
+                values["grid_saved"] = 1.0
+            except Exception:
+                values["grid_saved"] = 0.0
         values["victims"] = float(len(recs))
         if leakage is None or math.isnan(leakage):
             raise AttackError("the headline metric gave no leakage")
@@ -113,8 +122,17 @@ def _attack(name: str, attack: Attack, threat: str, sim: Simulation, task: TaskS
         return AttackOutcome(threat, name, "failed", reason=reason, runtime_s=time.perf_counter() - start)
 
 
-def run_job(spec: RunSpec, root: Path, progress: bool = False, log_dir: Path | None = None) -> JobResult:
-    """Run one job and return its record (status ``failed`` with a reason on divergence)."""
+def run_job(
+    spec: RunSpec,
+    root: Path,
+    progress: bool = False,
+    log_dir: Path | None = None,
+    out_dir: Path | None = None,
+) -> JobResult:
+    """Run one job and return its record (status ``failed`` with a reason on divergence).
+
+    With ``out_dir``, image reconstructions are saved as PNG grids (truth row, reconstruction
+    row, Hungarian-paired) in ``out_dir/reconstructions/<job key>/<threat>_<attack>.png``."""
     start = time.perf_counter()
     task = spec.task
     key = spec.key()
@@ -155,7 +173,14 @@ def run_job(spec: RunSpec, root: Path, progress: bool = False, log_dir: Path | N
             "evaluations": float(len(module.history)),
         }
         outcomes = [
-            _attack(name, attack, threat, sim, task)
+            _attack(
+                name,
+                attack,
+                threat,
+                sim,
+                task,
+                None if out_dir is None else out_dir / "reconstructions" / key,
+            )
             for threat, lst in attacks.items()
             for name, attack in lst
         ]
