@@ -26,7 +26,7 @@ EXIT_BAD_INPUT = 2
 
 
 def _catalogues(root: Path | None = None) -> dict[str, Any]:
-    from bench.attacks import ATTACKS, analytic, dlg, gradient_recovery, pdmm_analytic  # noqa: F401  (registration)
+    from bench.attacks import ATTACKS, analytic, dlg, gradient_recovery, inversion, pdmm_analytic  # noqa: F401  (registration)
     from bench.catalog import Catalog, bench_root
     from bench.data import DATASETS, PARTITIONS
     from bench.defenses_api import DEFENSES, load_all_defenses

@@ -7,7 +7,7 @@ __all__ = ["ATTACKS", "Attack", "AttackError", "Reconstruction", "Requirement", 
 
 def build_attack(name: str, **params) -> Attack:
     """Instantiate attack ``name`` with ``params`` (errors name the field and the choices)."""
-    from bench.attacks import analytic, dlg, gradient_recovery, pdmm_analytic  # noqa: F401  (registration)
+    from bench.attacks import analytic, dlg, gradient_recovery, inversion, pdmm_analytic  # noqa: F401  (registration)
     from bench.registry_utils import call_with_params
 
     return call_with_params(ATTACKS, name, "attack", **params)

@@ -284,6 +284,7 @@ class Simulation:
                 "input_shape": self.train_set.input_shape,
                 "n_classes": self.train_set.n_classes,
                 "common_init": self.config.common_init,
+                "normalization": (self.train_set.mean, self.train_set.std),
             },
         }
         if self.topology is not None:

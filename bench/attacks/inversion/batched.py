@@ -220,7 +220,7 @@ def batched_lbfgs(
     history: int = 100,
     c1: float = 1e-4,
     backtrack: float = 0.5,
-    max_backtracks: int = 25,
+    max_backtracks: int = 10,
     tolerance: float = 1e-7,
     tolerance_change: float = 1e-9,
 ) -> BatchedResult:
