@@ -83,3 +83,18 @@ def test_idlg_label_rule_carries_no_information_on_gradient_differences():
             total += 1
     assert correct_grad == total
     assert correct_diff <= total // 2
+
+
+def test_bad_attack_parameters_are_clear_errors():
+    import pytest
+
+    from bench.errors import BenchInputError
+
+    for name, kw, field in [
+        ("pdmm_difference_inversion", {"restarts": 0}, "attack.restarts"),
+        ("pdmm_difference_inversion", {"optimizer": "sgd"}, "attack.optimizer"),
+        ("pdmm_analytic_logreg", {"lag": 0}, "attack.lag"),
+        ("pdmm_analytic_logreg", {"estimator": "magic"}, "attack.estimator"),
+    ]:
+        with pytest.raises(BenchInputError, match=field.replace(".", r"\.")):
+            build_attack(name, **kw)

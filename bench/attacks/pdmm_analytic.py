@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
+from bench.errors import require_positive_int
 from bench.registry_utils import require_choice
 from bench.threats import View
 
@@ -53,7 +54,7 @@ class PDMMAnalyticLogReg(Attack):
         mu: float | None = None,
     ) -> None:
         self.rounds = [int(r) for r in rounds]
-        self.lag = int(lag)
+        self.lag = require_positive_int(lag, "attack.lag")
         self.estimator = require_choice(estimator, ("delta_z", "weights"), "attack.estimator")
         self.anchor = require_choice(anchor, ("coalition", "zeros"), "attack.anchor")
         self.assume = None if assume is None else require_choice(assume, CLOSED_FORM, "attack.assume")

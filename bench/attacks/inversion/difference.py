@@ -23,6 +23,7 @@ from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Req
 from bench.attacks.gradients import GradientTarget, architecture, loss_function
 from bench.attacks.inversion.batched import batched_adam, batched_lbfgs, best_per_victim, build_problems
 from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
+from bench.errors import require, require_positive_int
 from bench.registry_utils import require_choice
 from bench.threats import View
 
@@ -90,12 +91,15 @@ class GradientDifferenceInversion(Attack):
         seed: int = 0,
     ) -> None:
         self.rounds = [int(r) for r in rounds]
-        self.lag = int(lag)
+        self.lag = require_positive_int(lag, "attack.lag")
         self.anchor = require_choice(anchor, ("coalition", "zeros"), "attack.anchor")
-        self.restarts, self.iterations, self.lr = int(restarts), int(iterations), float(lr)
+        self.restarts = require_positive_int(restarts, "attack.restarts")
+        self.iterations = require_positive_int(iterations, "attack.iterations")
+        require(isinstance(lr, (int, float)) and lr > 0, "attack.lr", lr, "must be positive")
+        self.lr = float(lr)
         self.optimizer = require_choice(optimizer, ("lbfgs", "adam"), "attack.optimizer")
         self.objective = require_choice(objective, ("l2", "cosine"), "attack.objective")
-        self.batch_size, self.seed = int(batch_size), int(seed)
+        self.batch_size, self.seed = require_positive_int(batch_size, "attack.batch_size"), int(seed)
 
     def requirements(self) -> Requirement:
         return Requirement(rounds=(), kinds=("z0", "delta_z"), all_rounds=True)
