@@ -32,9 +32,9 @@ What is compared
 Scenarios
 ---------
 (a) D-PSGD on a 10×10 torus (100 nodes, uniform mixing ``W_vu = 1/5``), MLP 784-100-10, batch 8
-    per node, ``lr = 0.05``, one gossip step, on a synthetic MNIST-shaped dataset registered by
-    this file (``bench_mnist_shape``: ``x ~ N(0, 1)`` of shape ``[n, 1, 28, 28]``, labels of a fixed
-    random linear teacher), 64 samples per node.
+    per node, ``lr = 0.05``, one gossip step, on the synthetic MNIST-shaped dataset
+    ``teacher_images`` of ``bench.data.synthetic`` (``x ~ N(0, 1)`` of shape ``[n, 1, 28, 28]``,
+    labels of a fixed random linear teacher), 64 samples per node.
 (b) Logistic regression (one logit, BCE) on ``two_gaussians`` with 60 nodes of 10 samples each,
     full batch, ``lr = 0.1``: FedSGD, and D-PSGD on a random geometric graph (default radius
     ``sqrt(2 ln n / n)``, resampled until connected).
@@ -65,14 +65,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import bench.data  # noqa: F401  (registers the built-in datasets before ours)
-from bench.data.dataset import ArrayDataset, TrainTest
-from bench.data.registry import DATASETS
 from bench.data.stacked import NodeBatch
 from bench.models import build_model
 from bench.simulation.engine import Simulation
 from bench.simulation.lightning import quiet_lightning, run_simulation
 
-MNIST_SHAPE = "bench_mnist_shape"
+MNIST_SHAPE = "teacher_images"  # bench.data.synthetic: MNIST-shaped, linear teacher
 
 # per node, per local step: the (masked) minibatch (inputs, targets)
 NodeSteps = list[tuple[torch.Tensor, torch.Tensor]]
@@ -80,21 +78,6 @@ RoundBatches = list[NodeSteps]
 
 
 # ------------------------------------------------------------------------------------- data
-def mnist_shape(n_train: int = 6400, n_test: int = 500, n_classes: int = 10, seed: int = 0) -> TrainTest:
-    """MNIST-shaped synthetic data: ``x ~ N(0, 1)`` in ``[n, 1, 28, 28]``, labels
-    ``argmax(x Wᵀ + b)`` of a fixed random linear teacher (learnable by the MLP)."""
-    g = torch.Generator().manual_seed(int(seed))
-    n = n_train + n_test
-    x = torch.randn(n, 1, 28, 28, generator=g)
-    teacher = torch.randn(n_classes, 28 * 28, generator=g) / 28.0
-    bias = 0.1 * torch.randn(n_classes, generator=g)
-    y = (x.flatten(1) @ teacher.T + bias).argmax(1)
-    ds = ArrayDataset(MNIST_SHAPE, x, y, n_classes=n_classes)
-    return TrainTest(ds.subset(torch.arange(n_train)), ds.subset(torch.arange(n_train, n)))
-
-
-if MNIST_SHAPE not in DATASETS:
-    DATASETS.register(MNIST_SHAPE, "synthetic MNIST-shaped data (benchmark only)")(mnist_shape)
 
 
 # ---------------------------------------------------------------------------------- configs

@@ -18,8 +18,8 @@ are compared (quantiles, best per victim and its label). Batched Adam *is* K Ada
 final losses agree to float rounding (printed; float64 agreement is tested to 1e-10 in
 ``tests/test_inversion.py``).
 
-Scenarios: the digits MLP 64-100-10 and an MNIST-shaped MLP 784-100-10 on synthetic data
-registered here as ``inversion_bench_mnist_shape``.
+Scenarios: the digits MLP 64-100-10 and an MNIST-shaped MLP 784-100-10 on the synthetic
+``teacher_images`` data of ``bench.data.synthetic``.
 
     PYTHONPATH=. python benchmarks/inversion.py           # 20 restarts, ~2 minutes on 2 cores
     PYTHONPATH=. python benchmarks/inversion.py --quick   # 4 restarts
@@ -40,28 +40,10 @@ from bench.attacks.inversion.batched import (
     matching_fn,
     matching_values,
 )
-from bench.data import DATASETS
-from bench.data.dataset import ArrayDataset, TrainTest
 from bench.simulation import Simulation
 from bench.threats import build_threat
 
-MNIST_SHAPE = "inversion_bench_mnist_shape"
-
-
-def mnist_shape(n_train: int = 100, n_test: int = 100, n_classes: int = 10, seed: int = 0) -> TrainTest:
-    """MNIST-shaped synthetic data: ``x ~ N(0, 1)`` in ``[n, 1, 28, 28]``, labels of a random
-    linear teacher."""
-    g = torch.Generator().manual_seed(int(seed))
-    n = n_train + n_test
-    x = torch.randn(n, 1, 28, 28, generator=g)
-    teacher = torch.randn(n_classes, 28 * 28, generator=g) / 28.0
-    y = (x.flatten(1) @ teacher.T).argmax(1)
-    ds = ArrayDataset(MNIST_SHAPE, x, y, n_classes=n_classes)
-    return TrainTest(ds.subset(torch.arange(n_train)), ds.subset(torch.arange(n_train, n)))
-
-
-if MNIST_SHAPE not in DATASETS:
-    DATASETS.register(MNIST_SHAPE, "synthetic MNIST-shaped data (inversion benchmark only)")(mnist_shape)
+MNIST_SHAPE = "teacher_images"  # bench.data.synthetic: MNIST-shaped, linear teacher
 
 
 def problems(dataset: str, restarts: int):

@@ -35,8 +35,8 @@ Scenarios
     ``gradient_step`` solver with μ = 0.1, ``z^(0) ~ N(0, 1)``, 20,000 iterations. Engine timed with
     ``rounds_per_step`` k = 1, 100, 1000 in float32, and k = 100 in float64. Targets: the whole
     engine run under 60 s, and at least 30× faster than the reference.
-(2) One PDMM round of an MLP 784-100-10 on 50 nodes with 2 MNIST-shaped samples each (synthetic
-    data registered by this file as ``pdmm_bench_mnist_shape``), random geometric graph with
+(2) One PDMM round of an MLP 784-100-10 on 50 nodes with 2 MNIST-shaped samples each (the synthetic
+    ``teacher_images`` data of ``bench.data.synthetic``), random geometric graph with
     radius ``sqrt(ln n / n)`` ("pdmm_sparse"), ``gradient_step`` with μ = 0.05: engine
     ``sim.run_round`` alone, engine ``run_simulation`` over a few rounds, and the reference round.
 
@@ -73,32 +73,15 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import bench.data  # noqa: F401  (registers the built-in datasets before ours)
-from bench.data.dataset import ArrayDataset, TrainTest
-from bench.data.registry import DATASETS
 from bench.models import build_model
 from bench.simulation.engine import Simulation
 from bench.simulation.lightning import quiet_lightning, run_simulation
 
-MNIST_SHAPE = "pdmm_bench_mnist_shape"
+MNIST_SHAPE = "teacher_images"  # bench.data.synthetic: MNIST-shaped, linear teacher
 DEFAULT_THREADS = torch.get_num_threads()  # before any --threads
 
 
 # ------------------------------------------------------------------------------------- data
-def mnist_shape(n_train: int = 100, n_test: int = 200, n_classes: int = 10, seed: int = 0) -> TrainTest:
-    """MNIST-shaped synthetic data: ``x ~ N(0, 1)`` in ``[n, 1, 28, 28]``, labels
-    ``argmax(x Wᵀ + b)`` of a fixed random linear teacher."""
-    g = torch.Generator().manual_seed(int(seed))
-    n = n_train + n_test
-    x = torch.randn(n, 1, 28, 28, generator=g)
-    teacher = torch.randn(n_classes, 28 * 28, generator=g) / 28.0
-    bias = 0.1 * torch.randn(n_classes, generator=g)
-    y = (x.flatten(1) @ teacher.T + bias).argmax(1)
-    ds = ArrayDataset(MNIST_SHAPE, x, y, n_classes=n_classes)
-    return TrainTest(ds.subset(torch.arange(n_train)), ds.subset(torch.arange(n_train, n)))
-
-
-if MNIST_SHAPE not in DATASETS:
-    DATASETS.register(MNIST_SHAPE, "synthetic MNIST-shaped data (PDMM benchmark only)")(mnist_shape)
 
 
 # ---------------------------------------------------------------------------------- configs

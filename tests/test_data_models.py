@@ -83,3 +83,17 @@ def test_bad_model_parameters_are_clear():
         build_model("mlp", (4,), 2, activation="gelu2")
     with pytest.raises(BenchInputError, match=r"model\.depth"):
         build_model("mlp", (4,), 2, depth=3)
+
+
+def test_teacher_images_are_learnable_by_a_linear_model():
+    data = load_dataset("teacher_images", n_train=2000, n_test=500, shape=[1, 6, 6], seed=3)
+    x, y = data.train.x.flatten(1), data.train.y
+    assert data.train.x.shape == (2000, 1, 6, 6) and y.max() < 10
+    assert len(set(y.tolist())) > 5
+    # least squares on one-hot labels recovers the linear teacher's decisions far above chance
+    design = torch.cat([x, torch.ones(len(x), 1)], 1)
+    w = torch.linalg.lstsq(design, torch.nn.functional.one_hot(y, 10).float()).solution
+    xt = torch.cat([data.test.x.flatten(1), torch.ones(500, 1)], 1)
+    assert ((xt @ w).argmax(1) == data.test.y).float().mean() > 0.5
+    with pytest.raises(BenchInputError, match=r"dataset\.shape"):
+        load_dataset("teacher_images", shape=[0, 4])

@@ -56,3 +56,34 @@ def linear_regression(
     y = x @ w + b + noise * torch.randn(n, generator=g, dtype=torch.float64)
     ds = ArrayDataset("linear_regression", x, y, n_classes=0)
     return TrainTest(ds.subset(torch.arange(n_train)), ds.subset(torch.arange(n_train, n)))
+
+
+@DATASETS.register("teacher_images", "synthetic images x ~ N(0,1), labels of a fixed random linear teacher")
+def teacher_images(
+    n_train: int = 1000,
+    n_test: int = 200,
+    shape: tuple[int, ...] | list[int] = (1, 28, 28),
+    n_classes: int = 10,
+    bias: bool = True,
+    seed: int = 0,
+) -> TrainTest:
+    """MNIST-shaped (by default) synthetic images for benchmarks and CPU tests.
+
+    ``x ~ N(0, I)`` of ``shape``; ``y = argmax(W x + b)`` with a fixed random teacher
+    ``W ~ N(0, 1/d)`` (``d = prod(shape)``) and ``b ~ N(0, 0.01)`` (``bias=False``: ``b = 0``),
+    so the task is learnable by a linear model or an MLP. float32.
+    """
+    require_positive_int(n_train, "dataset.n_train")
+    require_positive_int(n_test, "dataset.n_test")
+    require_positive_int(n_classes, "dataset.n_classes")
+    dims = tuple(require_positive_int(s, "dataset.shape") for s in shape)
+    g = _generator(seed)
+    n, d = n_train + n_test, 1
+    for s in dims:
+        d *= s
+    x = torch.randn(n, *dims, generator=g)
+    teacher = torch.randn(n_classes, d, generator=g) / d**0.5
+    offset = 0.1 * torch.randn(n_classes, generator=g) if bias else torch.zeros(n_classes)
+    y = (x.flatten(1) @ teacher.T + offset).argmax(1)
+    ds = ArrayDataset("teacher_images", x, y, n_classes=n_classes)
+    return TrainTest(ds.subset(torch.arange(n_train)), ds.subset(torch.arange(n_train, n)))
