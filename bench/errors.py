@@ -7,6 +7,7 @@ choices. The CLI turns it into exit code 2 without a traceback (``--debug`` show
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -62,3 +63,12 @@ def require_positive_int(value: Any, field: str, *, allow_zero: bool = False) ->
         ok, field, value, "must be a non-negative integer" if allow_zero else "must be a positive integer"
     )
     return int(value)
+
+
+def require_number(value: Any, field: str, *, positive: bool = True) -> float:
+    """Return ``value`` as a float after checking it is a finite positive (``positive=False``:
+    non-negative) number; a string, a boolean or NaN is an input error naming ``field``."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > 0 if positive else value >= 0)
+    require(ok, field, value, "must be a positive number" if positive else "must be a non-negative number")
+    return float(value)

@@ -28,11 +28,16 @@ class AttackError(RuntimeError):
 @dataclass(frozen=True)
 class Requirement:
     """What an attack needs recorded: ``rounds`` (communication rounds; ``all_rounds`` for
-    attacks that integrate a whole transcript) and message ``kinds`` (``None`` = every kind)."""
+    attacks that integrate a whole transcript), message ``kinds`` (``None`` = every kind), and
+    ``totals``: kinds whose payloads the transcript sums over every round, recorded or not
+    (:class:`~bench.simulation.transcript.RunningTotal`; the coalition's final states come
+    with them) — how an attack that needs a whole run only through such sums stays bounded in
+    memory."""
 
     rounds: tuple[int, ...]
     kinds: tuple[str, ...] | None = None
     all_rounds: bool = False
+    totals: tuple[str, ...] = ()
 
 
 @dataclass

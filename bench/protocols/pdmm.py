@@ -113,7 +113,8 @@ class PDMM(Protocol):
     loss_reduction:
         ``"sum"`` (the papers' ``f_i``) or ``"mean"``.
     record_trajectory:
-        Keep every round's true ``w`` and ``z`` (for oracle comparisons in small runs).
+        Keep ``z^(0)`` and every round's true ``w`` and ``z`` (for oracle comparisons in small
+        runs).
     """
 
     def __init__(
@@ -165,7 +166,7 @@ class PDMM(Protocol):
         self.loss_reduction = require_choice(loss_reduction, ("sum", "mean"), "protocol.loss_reduction")
         self.record_trajectory = bool(record_trajectory)
         self._edges: EdgeStructure | None = None
-        self.trajectory: dict[str, list[torch.Tensor]] = {"w": [], "z": []}
+        self.trajectory: dict[str, list[torch.Tensor]] = {"w": [], "z": [], "z0": []}
 
     # ------------------------------------------------------------------------------ set-up
     @property
@@ -193,6 +194,8 @@ class PDMM(Protocol):
         gen = torch.Generator().manual_seed(derive_seed(self.sim.seed, "pdmm_z0"))
         z0 = torch.randn(e.n_edges, theta0.shape[1], generator=gen, dtype=torch.float64)
         z0 = (self.z0_variance**0.5 * z0).to(device=theta0.device, dtype=theta0.dtype)
+        if self.record_trajectory:
+            self.trajectory["z0"] = [z0.detach().cpu().clone()]
         return {"theta": theta0.clone(), "z": z0}
 
     # ------------------------------------------------------------------------------ solvers

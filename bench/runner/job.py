@@ -163,12 +163,20 @@ def run_job(
         rounds: list[int] | str = sorted({r for req in needs for r in req.rounds})
         if any(req.all_rounds for req in needs):
             rounds = "all"  # the transcript grows with the run: such tasks stay small
-        kinds_sets = [a.requirements().kinds for lst in attacks.values() for _, a in lst]
+        kinds_sets = [req.kinds for req in needs]
         kinds = (
             None if any(k is None for k in kinds_sets) else sorted({k for ks in kinds_sets for k in ks or ()})
         )
+        totals = sorted({k for req in needs for k in req.totals})
         cfg = task.simulation.model_copy(update={"seed": spec.seed})
-        sim = Simulation(cfg, hooks=defense, threats=threats, record_rounds=rounds, record_kinds=kinds)
+        sim = Simulation(
+            cfg,
+            hooks=defense,
+            threats=threats,
+            record_rounds=rounds,
+            record_kinds=kinds,
+            record_totals=totals,
+        )
         device = str(sim.device)
         module = run_simulation(sim, callbacks=defense.callbacks(), progress=progress, log_dir=log_dir)
         utility = sim.evaluate(sim.test_set.x, sim.test_set.y)

@@ -75,6 +75,9 @@ class Simulation:
         Rounds to record (list of ints or ``"all"``); nothing is recorded by default.
     record_kinds:
         Message kinds to record (``None``: all).
+    record_totals:
+        Message kinds whose observed deliveries are summed over every round
+        (:class:`~bench.simulation.transcript.RunningTotal`).
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class Simulation:
         threats: Mapping[str, Threat] | None = None,
         record_rounds: Iterable[int] | str | None = None,
         record_kinds: Iterable[str] | None = None,
+        record_totals: Iterable[str] = (),
     ) -> None:
         cfg = config if isinstance(config, SimulationConfig) else SimulationConfig(**config)
         self.config = cfg
@@ -160,7 +164,9 @@ class Simulation:
         self.adversary = adversary
         self.threats = {k: t.bind(cfg.nodes) for k, t in (threats or {}).items()}
         kinds = frozenset(record_kinds) if record_kinds is not None else None
-        self.transcript = Transcript(dict(self.threats), Rounds.of(record_rounds), kinds)
+        self.transcript = Transcript(
+            dict(self.threats), Rounds.of(record_rounds), kinds, totals=frozenset(record_totals)
+        )
         self.channel = Channel(self.hooks, adversary, self.transcript)
 
         self.protocol.bind(self)
@@ -238,9 +244,9 @@ class Simulation:
 
     def finish(self) -> None:
         """Record the corrupt nodes' final states (the state "at the start" of round ``T``) when
-        round ``T`` is declared: an attacker's anchor is its model after the last round."""
-        if self.transcript.wants(self.round_index):
-            self.transcript.record_states(self.round_index, self.state["theta"])
+        round ``T`` is declared or running totals are kept: an attacker's anchor is its model
+        after the last round."""
+        self.transcript.record_states(self.round_index, self.state["theta"], final=True)
 
     # ----------------------------------------------------------------------------- metrics
     @property

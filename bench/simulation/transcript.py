@@ -54,6 +54,90 @@ class Rounds:
 
 
 @dataclass
+class RunningTotal:
+    """The sum, over every round of a run, of the payloads of one message kind delivered along
+    each observed ``(sender, receiver)`` pair, with the last round's batch.
+
+    This is what a receiver of differential messages integrates anyway (PDMM's
+    ``z^(t) = z^(0) + Σ_τ Δz^(τ)``), kept in ``O(pairs × P)`` memory whatever the run's length, so
+    that attacks needing a whole transcript only through such sums (the telescoped weight
+    increments of :mod:`bench.attacks.reconstruction.pdmm_observables`) can record a few rounds
+    explicitly instead of all of them.
+
+    Attributes
+    ----------
+    senders, receivers:
+        ``[E]`` the observed pairs, sorted by ``(sender, receiver)``.
+    total:
+        ``[E, P]`` the summed payloads per pair.
+    rounds:
+        The number of distinct rounds summed (``last_round + 1`` when every round was seen).
+    last_round:
+        The latest round summed.
+    last:
+        That round's observed batch (restricted to the observer's deliveries).
+    """
+
+    senders: torch.Tensor
+    receivers: torch.Tensor
+    total: torch.Tensor
+    rounds: int
+    last_round: int
+    last: MessageBatch
+
+    @classmethod
+    def start(cls, msgs: MessageBatch) -> RunningTotal:
+        empty = torch.zeros(0, dtype=torch.long, device=msgs.payload.device)
+        total = msgs.payload.new_zeros(0, msgs.payload.shape[1])
+        return cls(empty, empty.clone(), total, 0, -1, msgs).add(msgs)
+
+    def add(self, msgs: MessageBatch) -> RunningTotal:
+        """Add the deliveries of ``msgs`` (already restricted to what the observer sees)."""
+        senders, receivers = msgs.edge_senders, msgs.receivers
+        offset = int(max(int(receivers.max()), int(self.receivers.max()) if len(self.receivers) else 0)) + 2
+        keys = (self.senders + 1) * offset + self.receivers + 1  # the server (-1) sorts first
+        new = (senders + 1) * offset + receivers + 1
+        merged = torch.unique(torch.cat([keys, new]))
+        if merged.numel() != keys.numel():  # new pairs: widen the table
+            total = self.total.new_zeros(merged.numel(), self.total.shape[1])
+            total[torch.searchsorted(merged, keys)] = self.total
+            self.total = total
+            self.senders, self.receivers = merged // offset - 1, merged % offset - 1
+        rows = torch.searchsorted(merged, new)
+        self.total.index_add_(0, rows, msgs.payload[msgs.edges[:, 0]].to(self.total.dtype))
+        if msgs.round != self.last_round:
+            self.rounds += 1
+            self.last_round = msgs.round
+            self.last = msgs
+        else:  # a second batch of the same kind in the same round
+            self.last = _concat(self.last, msgs)
+        return self
+
+    def to(self, device: torch.device | str) -> RunningTotal:
+        return RunningTotal(
+            self.senders.to(device),
+            self.receivers.to(device),
+            self.total.to(device, copy=True),
+            self.rounds,
+            self.last_round,
+            self.last.detached(device),
+        )
+
+
+def _concat(a: MessageBatch, b: MessageBatch) -> MessageBatch:
+    edges = torch.cat([a.edges, b.edges + torch.tensor([a.payload.shape[0], 0], device=b.edges.device)])
+    return MessageBatch(
+        a.round,
+        a.step,
+        a.kind,
+        torch.cat([a.payload, b.payload]),
+        torch.cat([a.senders, b.senders]),
+        edges,
+        a.secure,
+    )
+
+
+@dataclass
 class Transcript:
     """Recorded observations per observer.
 
@@ -65,6 +149,9 @@ class Transcript:
         Rounds to record.
     kinds:
         Message kinds to keep (``None``: all).
+    totals:
+        Message kinds whose observed deliveries are also summed over *every* round, recorded
+        or not (:class:`RunningTotal`); the corrupt nodes' final states are then kept as well.
     """
 
     observers: dict[str, Observer]
@@ -73,27 +160,41 @@ class Transcript:
     device: str = "cpu"
     messages: dict[str, list[MessageBatch]] = field(default_factory=dict)
     states: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
+    totals: frozenset[str] = frozenset()
+    running: dict[str, dict[str, RunningTotal]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in self.observers:
             self.messages.setdefault(name, [])
             self.states.setdefault(name, {})
+            self.running.setdefault(name, {})
 
     def wants(self, round_: int) -> bool:
         return bool(self.observers) and round_ in self.rounds
 
     def record(self, msgs: MessageBatch) -> None:
-        """Store, for every observer, the deliveries of ``msgs`` it can see."""
-        if not self.wants(msgs.round) or (self.kinds is not None and msgs.kind not in self.kinds):
+        """Store, for every observer, the deliveries of ``msgs`` it can see (in declared rounds
+        and kinds), and add them to its running totals (every round, kinds ``totals``)."""
+        keep = self.wants(msgs.round) and (self.kinds is None or msgs.kind in self.kinds)
+        total = bool(self.observers) and msgs.kind in self.totals
+        if not (keep or total):
             return
         for name, obs in self.observers.items():
             mask = obs.visible(msgs)
-            if bool(mask.any()):
-                self.messages[name].append(msgs.restrict(mask).detached(self.device))
+            if not bool(mask.any()):
+                continue
+            seen = msgs.restrict(mask)
+            if keep:
+                self.messages[name].append(seen.detached(self.device))
+            if total:
+                run = self.running[name].get(msgs.kind)
+                seen = seen.detached(msgs.payload.device)
+                self.running[name][msgs.kind] = RunningTotal.start(seen) if run is None else run.add(seen)
 
-    def record_states(self, round_: int, theta: torch.Tensor) -> None:
-        """Store the corrupt nodes' own states ``theta[state_nodes]`` at the start of a round."""
-        if not self.wants(round_):
+    def record_states(self, round_: int, theta: torch.Tensor, final: bool = False) -> None:
+        """Store the corrupt nodes' own states ``theta[state_nodes]`` at the start of a round
+        (``final``: after the last round, kept whenever running totals are)."""
+        if not (self.wants(round_) or (final and self.totals and self.observers)):
             return
         for name, obs in self.observers.items():
             if obs.state_nodes:
@@ -113,4 +214,5 @@ class Transcript:
         """Memory held by recorded payloads and states (bytes)."""
         msg = sum(m.payload.numel() * m.payload.element_size() for v in self.messages.values() for m in v)
         st = sum(s.numel() * s.element_size() for v in self.states.values() for s in v.values())
-        return msg + st
+        tot = sum(r.total.numel() * r.total.element_size() for v in self.running.values() for r in v.values())
+        return msg + st + tot

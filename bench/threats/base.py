@@ -71,4 +71,5 @@ class Threat(Observer):
             own_data=own,
             own_states=dict(transcript.states[key]),
             knowledge=knowledge,
+            totals={kind: run.to(transcript.device) for kind, run in transcript.running[key].items()},
         )

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from bench.simulation.messages import MessageBatch
+from bench.simulation.transcript import RunningTotal
 
 KNOWLEDGE_ITEMS = ("graph", "mixing", "architecture", "hyperparameters", "n_nodes", "protocol")
 
@@ -66,6 +67,10 @@ class View:
         ``round -> [|coalition|, P]`` corrupt nodes' states at the start of recorded rounds.
     knowledge:
         Declared public knowledge.
+    totals:
+        ``kind -> RunningTotal``: observed payloads of that kind summed over every round of the
+        run (only for the kinds an attack declared in
+        :attr:`~bench.attacks.base.Requirement.totals`).
     """
 
     threat: str
@@ -75,6 +80,7 @@ class View:
     own_states: dict[int, torch.Tensor]
     knowledge: PublicKnowledge
     meta: dict[str, Any] = field(default_factory=dict)
+    totals: dict[str, RunningTotal] = field(default_factory=dict)
 
     def rounds(self) -> list[int]:
         return sorted({m.round for m in self.messages} | set(self.own_states))

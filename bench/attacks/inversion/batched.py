@@ -47,15 +47,16 @@ from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Req
 from bench.attacks.dlg import LABEL_LOSSES, SOURCES, idlg_label
 from bench.attacks.gradient_recovery import MODEL_KIND, common_model, recover_neighbor_gradients
 from bench.attacks.gradients import GradientTarget, architecture, loss_function, server_targets
+from bench.attacks.inversion.label_counts import infer_label_counts
 from bench.data.stacked import counter_hash
-from bench.errors import require, require_positive_int
+from bench.errors import require_number, require_positive_int
 from bench.registry_utils import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
 
 OBJECTIVES = ("l2", "cosine")
-LABEL_STRATEGIES = ("auto", "idlg", "enumerate")
+LABEL_STRATEGIES = ("auto", "idlg", "counts", "enumerate")
 OPTIMIZERS = ("lbfgs", "adam")
 #: largest number of label hypotheses per victim that ``enumerate`` accepts
 MAX_HYPOTHESES = 4096
@@ -76,6 +77,16 @@ def total_variation(x: torch.Tensor) -> torch.Tensor:
     return dx + dy
 
 
+def gradient_distance(g: torch.Tensor, target: torch.Tensor, objective: str) -> torch.Tensor:
+    """``D(g, target)``: the squared L2 distance ``‖g − target‖²`` (DLG, Zhu et al. 2019, Eq. 4)
+    or ``1 − ⟨g, target⟩ / (‖g‖ ‖target‖)`` over the concatenated gradient of all layers
+    (Inverting Gradients, Geiping et al. 2020, Eq. 4)."""
+    if objective == "l2":
+        return (g - target).pow(2).sum()
+    norms = (g.norm() * target.norm()).clamp_min(torch.finfo(g.dtype).tiny)
+    return 1.0 - (g * target).sum() / norms
+
+
 def problem_objective(
     model: FlatModel, loss_fn: LossFn, objective: str = "l2", tv_weight: float = 0.0
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -87,12 +98,7 @@ def problem_objective(
         return loss_fn(out, y).mean()
 
     def fn(x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        g = grad(train_loss)(theta, x, y)
-        if objective == "l2":
-            value = (g - target).pow(2).sum()
-        else:
-            norms = (g.norm() * target.norm()).clamp_min(torch.finfo(g.dtype).tiny)
-            value = 1.0 - (g * target).sum() / norms
+        value = gradient_distance(grad(train_loss)(theta, x, y), target, objective)
         if tv_weight:
             value = value + tv_weight * total_variation(x)
         return value
@@ -134,6 +140,21 @@ def matching_values(
     return vmap(problem_objective(model, loss_fn, objective, tv_weight))(x, y, theta, target)
 
 
+def problems_fn(
+    batched: Callable[..., tuple[torch.Tensor, torch.Tensor]], *tensors: torch.Tensor
+) -> BatchedFn:
+    """The :data:`BatchedFn` of K problems from ``batched = vmap(grad_and_value(F))`` (which
+    returns ``(grads [K, ...], values [K])``) and the problems' data ``tensors`` (each ``[K, ...]``;
+    ``idx`` selects rows of all of them)."""
+
+    def fn(x: torch.Tensor, idx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        args = tensors if idx is None else tuple(t[idx] for t in tensors)
+        grads, values = batched(x, *args)
+        return values, grads
+
+    return fn
+
+
 def matching_fn(
     model: FlatModel,
     loss_fn: LossFn,
@@ -144,15 +165,8 @@ def matching_fn(
     tv_weight: float = 0.0,
 ) -> BatchedFn:
     """The :data:`BatchedFn` of the K matching problems ``(y, theta, target)``."""
-
-    def fn(x: torch.Tensor, idx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        if idx is None:
-            return matching_value_and_grad(model, loss_fn, x, y, theta, target, objective, tv_weight)
-        return matching_value_and_grad(
-            model, loss_fn, x, y[idx], theta[idx], target[idx], objective, tv_weight
-        )
-
-    return fn
+    batched = vmap(grad_and_value(problem_objective(model, loss_fn, objective, tv_weight)))
+    return problems_fn(batched, y, theta, target)
 
 
 # ----------------------------------------------------------------------------- optimizers
@@ -352,25 +366,46 @@ def source_kinds(source: str) -> tuple[str, ...]:
 
 
 def label_hypotheses(
-    model: FlatModel, grad: torch.Tensor, loss: str, batch_size: int, strategy: str
+    model: FlatModel,
+    grad: torch.Tensor,
+    loss: str,
+    batch_size: int,
+    strategy: str,
+    *,
+    theta: torch.Tensor | None = None,
+    input_shape: tuple[int, ...] | None = None,
 ) -> tuple[torch.Tensor, bool]:
-    """Label hypotheses ``[H, B]`` (long) for one gradient and whether they came from iDLG.
+    """Label hypotheses ``[H, B]`` (long) for one gradient and whether they were inferred
+    analytically (iDLG or label counts: one hypothesis) rather than enumerated.
 
     ``idlg``: the analytic label of a one-sample classification gradient (:func:`idlg_label`).
+    ``counts``: the label multiset of a batch from the last layer's gradient,
+    ``n_c = B (p̄_c − ∂L/∂b_c)`` with the mean softmax ``p̄`` estimated on dummy inputs at
+    ``theta`` (:func:`~bench.attacks.inversion.label_counts.infer_label_counts`; needs ``theta``
+    and ``input_shape``); one hypothesis, any ``B``.
     ``enumerate``: every class for ``B = 1``; for ``B > 1`` every multiset of ``B`` classes (the
     mean loss is invariant to the order of the batch), at most :data:`MAX_HYPOTHESES`.
-    ``auto``: ``idlg`` where it applies, else ``enumerate``.
+    ``auto``: ``idlg`` for ``B = 1``; ``counts`` for ``B > 1`` (``enumerate`` when ``theta`` or
+    ``input_shape`` is not given).
     """
     if loss not in LABEL_LOSSES:
         raise AttackError(f"label hypotheses need a classification loss {LABEL_LOSSES}; got '{loss}'")
     if strategy == "auto":
-        strategy = "idlg" if batch_size == 1 else "enumerate"
+        if batch_size == 1:
+            strategy = "idlg"
+        else:
+            strategy = "counts" if theta is not None and input_shape is not None else "enumerate"
     if strategy == "idlg":
         if batch_size != 1:
-            raise AttackError("iDLG labels need batch_size = 1; use labels='enumerate'")
+            raise AttackError("iDLG labels need batch_size = 1; use labels='counts' or 'enumerate'")
         label = idlg_label(model, grad, loss)
         assert label is not None
         return torch.tensor([[label]], dtype=torch.long), True
+    if strategy == "counts":
+        if theta is None or input_shape is None:
+            raise AttackError("label counts need the parameters (theta) and the input shape")
+        labels = infer_label_counts(model, grad, theta, loss, batch_size, input_shape, rule="auto")
+        return labels.reshape(1, batch_size), True
     n_out = model.slots[-1].shape[0]
     classes = 2 if loss == "binary_cross_entropy" or n_out == 1 else n_out
     count = math.comb(classes + batch_size - 1, batch_size)
@@ -415,7 +450,9 @@ def build_problems(
     xs, ys, thetas, grads, vic, rst, hyp, inferred = [], [], [], [], [], [], [], []
     for v, target in enumerate(targets):
         g = target.grad.detach()
-        hyps, was_inferred = label_hypotheses(model, g, loss, batch_size, labels)
+        hyps, was_inferred = label_hypotheses(
+            model, g, loss, batch_size, labels, theta=target.theta.to(g.dtype), input_shape=input_shape
+        )
         inferred.append(was_inferred)
         h = hyps.shape[0]
         for r in range(restarts):
@@ -487,8 +524,10 @@ class BatchedDLG(Attack):
     single batched optimization (:func:`matching_value_and_grad`, :func:`batched_lbfgs` or
     :func:`batched_adam`); per victim the (restart, hypothesis) with the lowest final
     objective is returned — label enumeration "try every class, keep the best fit" where no
-    analytic rule applies, or iDLG's analytic label (Zhao et al. 2020) for one-sample
-    classification gradients.
+    analytic rule is wanted, iDLG's analytic label (Zhao et al. 2020) for one-sample
+    classification gradients, or the label multiset of a batch from its label counts
+    (``n_c = B (p̄_c − ∂L/∂b_c)``; Geng et al. 2021, Wainakh et al. 2022;
+    :mod:`~bench.attacks.inversion.label_counts`) for ``B > 1``.
 
     Parameters
     ----------
@@ -497,8 +536,8 @@ class BatchedDLG(Attack):
     restarts:
         Initializations per victim (shared by its label hypotheses).
     labels:
-        ``"idlg"``, ``"enumerate"`` or ``"auto"`` (``idlg`` for ``batch_size = 1``); see
-        :func:`label_hypotheses`.
+        ``"idlg"``, ``"counts"``, ``"enumerate"`` or ``"auto"`` (``idlg`` for ``batch_size = 1``,
+        ``counts`` for ``batch_size > 1``); see :func:`label_hypotheses`.
     iterations:
         L-BFGS iterations (Armijo backtracking may add evaluations) or Adam steps.
     optimizer:
@@ -536,11 +575,9 @@ class BatchedDLG(Attack):
         self.labels = require_choice(labels, LABEL_STRATEGIES, "attack.labels")
         self.iterations = require_positive_int(iterations, "attack.iterations")
         self.optimizer = require_choice(optimizer, OPTIMIZERS, "attack.optimizer")
-        require(lr > 0, "attack.lr", lr, "must be positive")
-        self.lr = float(lr)
+        self.lr = require_number(lr, "attack.lr")
         self.history = require_positive_int(history, "attack.history")
-        require(init_scale > 0, "attack.init_scale", init_scale, "must be positive")
-        self.init_scale = float(init_scale)
+        self.init_scale = require_number(init_scale, "attack.init_scale")
         self.batch_size = require_positive_int(batch_size, "attack.batch_size")
         self.seed = int(seed)
 

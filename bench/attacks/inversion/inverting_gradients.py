@@ -19,7 +19,7 @@ from bench.attacks.inversion.batched import (
     source_kinds,
     step_decay_milestones,
 )
-from bench.errors import require, require_positive_int
+from bench.errors import require_number, require_positive_int
 from bench.registry_utils import require_choice
 from bench.threats import View
 
@@ -33,6 +33,36 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"iterations": 24_000, "restarts": 8, "tv_weight": 1e-4},
     "cpu": {"iterations": 500, "restarts": 2, "tv_weight": 1e-4},
 }
+
+
+def pixel_box(
+    arch: dict[str, Any],
+    mean: list[float] | float | None,
+    std: list[float] | float | None,
+    dtype: torch.dtype,
+    channels: int,
+    who: str = "the attack",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The valid normalized pixel range ``[(0 − μ)/σ, (1 − μ)/σ]`` (per channel ``[C, 1, 1]`` or
+    scalar) of the box of Inverting Gradients.
+
+    ``mean``/``std`` given by the attack's parameters, else read from
+    ``arch["normalization"] = (mean, std)``; without either an :class:`AttackError` naming
+    ``who``."""
+    if mean is None or std is None:
+        norm = arch.get("normalization")
+        if norm is None:
+            raise AttackError(
+                f"{who} is boxed to the valid pixel range and needs the normalization "
+                "constants: pass mean/std (or boxed=False)"
+            )
+        mean, std = norm
+    m = torch.as_tensor(mean, dtype=dtype).reshape(-1)
+    s = torch.as_tensor(std, dtype=dtype).reshape(-1)
+    shape = (-1, 1, 1) if m.numel() > 1 else ()
+    if m.numel() > 1 and m.numel() != channels:
+        raise AttackError(f"{m.numel()} normalization constants for {channels} channels")
+    return ((0 - m) / s).reshape(shape), ((1 - m) / s).reshape(shape)
 
 
 @ATTACKS.register(
@@ -100,10 +130,10 @@ class InvertingGradients(Attack):
         self.restarts = require_positive_int(
             p["restarts"] if restarts is None else restarts, "attack.restarts"
         )
-        self.tv_weight = float(p["tv_weight"] if tv_weight is None else tv_weight)
-        require(self.tv_weight >= 0, "attack.tv_weight", tv_weight, "must be non-negative")
-        require(lr > 0, "attack.lr", lr, "must be positive")
-        self.lr = float(lr)
+        self.tv_weight = require_number(
+            p["tv_weight"] if tv_weight is None else tv_weight, "attack.tv_weight", positive=False
+        )
+        self.lr = require_number(lr, "attack.lr")
         self.signed, self.boxed, self.lr_decay = bool(signed), bool(boxed), bool(lr_decay)
         self.mean, self.std = mean, std
         self.labels = require_choice(labels, LABEL_STRATEGIES, "attack.labels")
@@ -116,21 +146,7 @@ class InvertingGradients(Attack):
     def bounds(
         self, arch: dict[str, Any], dtype: torch.dtype, channels: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, std = self.mean, self.std
-        if mean is None or std is None:
-            norm = arch.get("normalization")
-            if norm is None:
-                raise AttackError(
-                    "Inverting Gradients is boxed to the valid pixel range and needs the normalization "
-                    "constants: pass mean/std (or boxed=False)"
-                )
-            mean, std = norm
-        m = torch.as_tensor(mean, dtype=dtype).reshape(-1)
-        s = torch.as_tensor(std, dtype=dtype).reshape(-1)
-        shape = (-1, 1, 1) if m.numel() > 1 else ()
-        if m.numel() > 1 and m.numel() != channels:
-            raise AttackError(f"{m.numel()} normalization constants for {channels} channels")
-        return ((0 - m) / s).reshape(shape), ((1 - m) / s).reshape(shape)
+        return pixel_box(arch, self.mean, self.std, dtype, channels, "Inverting Gradients")
 
     def run(self, view: View) -> list[Reconstruction]:
         arch = architecture(view)

@@ -33,7 +33,9 @@ exactly when that assumption is wrong (thesis C8).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
+import networkx as nx
 import numpy as np
 import torch
 
@@ -121,6 +123,25 @@ class PDMMObservables:
             self.D[m.round, idx] = m.payload[rows]
         if torch.isnan(self.D).any():
             raise AttackError("some edges' delta_z messages were not observed (the attack needs all of them)")
+        #: rounds of the whole run; > T when only rounds 0..T−1 were recorded explicitly and the
+        #: rest is known through the running totals of Δz (see :meth:`weights`)
+        self.T_run = self.T
+        self.total_tail: torch.Tensor | None = None
+        run = view.totals.get("delta_z")
+        if run is not None and run.rounds > self.T:
+            if run.rounds != run.last_round + 1:
+                missing = run.last_round + 1 - run.rounds
+                raise AttackError(f"the running totals of delta_z miss {missing} rounds")
+            total = torch.full((self.e.n_edges, self.P), float("nan"), dtype=dtype)
+            pos = torch.searchsorted(keys, run.senders * n + run.receivers)
+            total[pos.clamp_max(self.e.n_edges - 1)] = run.total.to(dtype)
+            last = torch.full_like(total, float("nan"))
+            idx, rows = edge_rows(run.last)
+            last[idx] = run.last.payload[rows].to(dtype)
+            if torch.isnan(total).any() or torch.isnan(last).any():
+                raise AttackError("the running totals do not cover every edge (the attack needs all of them)")
+            self.T_run = run.rounds
+            self.total_tail = self._telescoped_tail(total, last)
         # z^(0) the coalition received: z_{i|c}^(0) on edges (i → c)
         self.z0_known = torch.zeros(self.e.n_edges, self.P, dtype=dtype)
         for m in view.select(round_=0, kind="z0"):
@@ -131,6 +152,13 @@ class PDMMObservables:
         self.rd = (self.rho * self.e.degree)[:, None]
 
     # ---------------------------------------------------------------------------- weights
+    def _node_average(self, per_edge: torch.Tensor) -> torch.Tensor:
+        """``[..., N, P]``: ``B_{i|j} · per_edge[e] / 2ρ`` averaged over the edges ``e = (i → j)``."""
+        signed = per_edge * self.e.sign[:, None] / (2 * self.rho)
+        shape = (*per_edge.shape[:-2], self.n, self.P)
+        out = torch.zeros(shape, dtype=per_edge.dtype).index_add_(per_edge.dim() - 2, self.e.src, signed)
+        return out / self.e.degree[:, None]
+
     def increments(self) -> torch.Tensor:
         """``[T, N, P]``: ``w_i^(t) − w_i^(t−1)`` for ``t ≥ 1`` (row 0 is NaN), averaged over
         the edges of ``i`` (each edge gives it exactly in exact arithmetic)."""
@@ -138,27 +166,41 @@ class PDMMObservables:
         per_edge = torch.full_like(D, float("nan"))
         # along e = (i → j): Δz_{j|i}^(t+1) = D_t[e]; Δz_{j|i}^(t) = D_{t−1}[e]; Δz_{i|j}^(t) = D_{t−1}[rev e]
         per_edge[1:] = (D[1:] - D[:-1]) / th - D[:-1][:, rev] + D[:-1]
-        per_edge = per_edge * self.e.sign[None, :, None] / (2 * self.rho)
-        out = torch.zeros(self.T, self.n, self.P, dtype=D.dtype).index_add_(1, self.e.src, per_edge)
-        return out / self.e.degree[None, :, None]
+        return self._node_average(per_edge)
+
+    def _telescoped_tail(self, total: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+        """``[N, P]``: ``w^(T_run−1) − w^(T−1) = Σ_{t=T}^{T_run−1} inc[t]`` from the running
+        total ``A = Σ_{τ<T_run} D_τ`` and the last round's ``D_{T_run−1}`` alone.
+
+        The per-edge increment of :meth:`increments` is linear in ``D``, so its sum over
+        ``t = T..T_run−1`` telescopes: ``(D_{T_run−1} − D_{T−1})/θ − S[rev] + S`` with
+        ``S = Σ_{τ=T−1}^{T_run−2} D_τ = (A − D_{T_run−1}) − Σ_{τ<T−1} D_τ``."""
+        window = (total - last) - self.D[:-1].sum(0)
+        per_edge = (last - self.D[-1]) / self.theta - window[self.e.rev] + window
+        return self._node_average(per_edge)
 
     def anchor_from_coalition(self) -> torch.Tensor:
-        """A corrupt node's model after the last observed round, for every node (``[N, P]``)."""
+        """A corrupt node's model after the last round of the run, for every node (``[N, P]``)."""
         if not self.coalition:
             raise AttackError("an anchor from the coalition needs at least one corrupt node")
         states = self.view.own_states
-        if self.T not in states:
-            raise AttackError(f"the coalition's state after round {self.T - 1} was not recorded")
-        return states[self.T][0].to(self.D.dtype).expand(self.n, -1).clone()
+        if self.T_run not in states:
+            raise AttackError(f"the coalition's state after round {self.T_run - 1} was not recorded")
+        return states[self.T_run][0].to(self.D.dtype).expand(self.n, -1).clone()
 
     def weights(self, anchor: torch.Tensor | str = "coalition") -> torch.Tensor:
-        """``[T, N, P]`` estimates of ``w^(t)``, ``t = 0..T−1``: ``ŵ^(T−1)`` = the anchor
-        (``"coalition"``, ``"zeros"`` or a tensor), earlier rounds by subtracting increments."""
+        """``[T, N, P]`` estimates of ``w^(t)``, ``t = 0..T−1``: the anchor (``"coalition"``,
+        ``"zeros"`` or a tensor) is ``ŵ^(T_run−1)``, the weights after the run's last round;
+        earlier rounds follow by subtracting increments — through the telescoped running totals
+        (:meth:`_telescoped_tail`) down to the last explicitly recorded round, then round by
+        round."""
         if isinstance(anchor, str):
             anchor = self.anchor_from_coalition() if anchor == "coalition" else torch.zeros(self.n, self.P)
         inc = self.increments()
         w = torch.empty_like(inc)
         w[-1] = anchor.to(inc.dtype)
+        if self.total_tail is not None:
+            w[-1] -= self.total_tail
         for t in range(self.T - 1, 0, -1):  # a loop over rounds (the recursion), not over nodes
             w[t - 1] = w[t] - inc[t]
         return w
@@ -219,27 +261,40 @@ class PDMMObservables:
         w0 = self.weights(anchor)[0]
         return self.D[0] / self.theta - 2 * self.rho * self.e.sign[:, None] * w0[self.e.src]
 
+    def components(self, honest: list[int]) -> list[list[int]]:
+        """The connected components of the honest subgraph (:func:`honest_components`)."""
+        return honest_components(self.view.knowledge["graph"], honest)
+
     def component_sums(
         self, honest: list[int], anchor: torch.Tensor | str = "coalition"
     ) -> dict[int, torch.Tensor]:
-        """``component id → [T', P]``: ``Σ_{i∈V_h,l} ∇f_i(w_i)`` over each connected component of
-        the honest subgraph (TIFS Eq. 32): noisy gradients summed, minus the honest edges'
-        ``z^(0)`` differences (each honest edge contributes ``B_{i|j}(z_{i|j}^(0) − z_{j|i}^(0))``)."""
-        import networkx as nx
-
+        """``component index → [T', P]``: ``Σ_{i∈V_h,l} ∇f_i(w_i)`` over each connected component
+        of the honest subgraph (TIFS Eq. 32; indices as :meth:`components`): noisy gradients
+        summed, minus the honest edges' ``z^(0)`` differences (each honest edge contributes
+        ``B_{i|j}(z_{i|j}^(0) − z_{j|i}^(0))``). Row ``k`` is evaluated at the weights of
+        :meth:`noisy_gradients`' row ``k``."""
         g_noisy, _ = self.noisy_gradients(anchor)
         diff = self.z0_edge_differences(anchor)
-        graph = self.view.knowledge["graph"]
-        sub = graph.subgraph(honest)
         out = {}
-        for k, comp in enumerate(nx.connected_components(sub)):
-            comp_t = torch.tensor(sorted(comp))
+        for k, comp in enumerate(self.components(honest)):
+            comp_t = torch.tensor(comp)
             inside = (
                 torch.isin(self.e.src, comp_t) & torch.isin(self.e.dst, comp_t) & (self.e.src < self.e.dst)
             )
             correction = (self.e.sign[inside, None] * diff[inside]).sum(0)
             out[k] = g_noisy[:, comp_t].sum(1) - correction
         return out
+
+
+#: what the PDMM attacks read: the observables rebuilt from traffic, or the harness's oracle
+Observables = Union["PDMMObservables", "OracleObservables"]
+
+
+def honest_components(graph: nx.Graph, honest: list[int]) -> list[list[int]]:
+    """The connected components ``V_{h,1}, …`` of the honest subgraph ``G_h`` (TIFS §IV), each
+    sorted, ordered by their smallest node (the order of :meth:`PDMMObservables.component_sums`)."""
+    sub = graph.subgraph(honest)
+    return sorted((sorted(int(v) for v in c) for c in nx.connected_components(sub)), key=lambda c: c[0])
 
 
 def honest_nodes(view: View) -> list[int]:
@@ -252,19 +307,32 @@ def as_numpy(x: torch.Tensor) -> np.ndarray:
 
 
 class OracleObservables:
-    """The same quantities as :class:`PDMMObservables`, computed from the *true* trajectory and
-    gradients of a run (harness side only — it reads the simulation, which no attack may do).
+    """The quantities of :class:`PDMMObservables`, computed from the *true* trajectory, data and
+    ``z^(0)`` of a run (harness side only — it reads the simulation, which no attack may do).
 
     Comparing the two separates estimation error (observables vs oracle) from attack error
-    (an attack run on oracle targets). Needs ``record_trajectory=True`` on the protocol.
+    (an attack run on oracle targets: the PDMM inversion attacks take ``observables=``). Needs
+    ``record_trajectory=True`` on the protocol.
+
+    Parameters
+    ----------
+    sim:
+        The finished simulation.
+    coalition:
+        The corrupt nodes: :meth:`noisy_gradients` adds the ``z^(0)`` terms of the edges to
+        *honest* neighbours only (the coalition knows the others), as TIFS Eq. 21 (corrected).
     """
 
-    def __init__(self, sim: object) -> None:
+    def __init__(self, sim: object, coalition: tuple[int, ...] | list[int] = ()) -> None:
         protocol = sim.protocol  # type: ignore[attr-defined]
         if not protocol.trajectory["w"]:
             raise AttackError("the oracle needs protocol_params.record_trajectory = true")
         self.sim = sim
         self.W = torch.stack(protocol.trajectory["w"])  # [T, N, P]: w^(0..T-1)
+        self.z0 = protocol.trajectory["z0"][0]  # [2E, P]
+        self.e = protocol.edges
+        self.graph = sim.topology.graph  # type: ignore[attr-defined]
+        self.coalition = tuple(int(c) for c in coalition)
         self.shift = 1 if protocol.solver in ONE_STEP_SOLVERS or protocol.solver == "inexact" else 0
 
     def weights(self, anchor: object = None) -> torch.Tensor:
@@ -277,10 +345,32 @@ class OracleObservables:
         out = [sim.protocol._grad(wk, batch)[0] for wk in w]  # type: ignore[attr-defined]
         return torch.stack(out)
 
+    def _evaluation_points(self) -> torch.Tensor:
+        """``w^(k)`` at which the observables' row ``k`` is evaluated (``w^(k)`` for exact
+        solvers; the one-step solvers' round ``k+1`` reveals ``∇f(w^(k))``)."""
+        return self.W[: len(self.W) - self.shift] if self.shift else self.W
+
+    def noisy_gradients(self, anchor: object = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(∇f_i(w^(k)) + Σ_{j∈N_i honest} B_{i|j} z_{i|j}^(0), w^(k))`` (TIFS Eq. 21)."""
+        w_eval = self._evaluation_points()
+        src, dst = self.e.src.cpu(), self.e.dst.cpu()
+        hidden = ~torch.isin(dst, torch.tensor(self.coalition, dtype=dst.dtype))
+        signed = (self.e.sign.cpu()[:, None] * self.z0) * hidden[:, None]
+        noise = torch.zeros(self.W.shape[1], self.W.shape[2], dtype=self.W.dtype).index_add_(0, src, signed)
+        return self.true_gradients(w_eval) + noise.to(w_eval.dtype), w_eval
+
     def gradient_differences(self, lag: int = 1, estimator: str = "oracle", anchor: object = None):
         """``(Δg, w_early, w_late)`` with the true ``∇f_i(w^(k+lag)) − ∇f_i(w^(k))``, evaluated at
         the same points as :meth:`PDMMObservables.gradient_differences` (``w^(k)`` for exact
         solvers, ``w^(k−1)`` for one-step ones)."""
-        w_eval = self.W[: len(self.W) - self.shift] if self.shift else self.W
+        w_eval = self._evaluation_points()
         g = self.true_gradients(w_eval)
         return g[lag:] - g[:-lag], w_eval[:-lag], w_eval[lag:]
+
+    def components(self, honest: list[int]) -> list[list[int]]:
+        return honest_components(self.graph, honest)
+
+    def component_sums(self, honest: list[int], anchor: object = None) -> dict[int, torch.Tensor]:
+        """``component index → [T', P]``: the true ``Σ_{i∈V_h,l} ∇f_i(w_i^(k))`` (TIFS Eq. 23)."""
+        g = self.true_gradients(self._evaluation_points())
+        return {k: g[:, comp].sum(1) for k, comp in enumerate(self.components(honest))}
