@@ -16,6 +16,7 @@ from bench.catalog import Catalog, bench_root
 from bench.cli import main
 from bench.errors import BenchInputError
 from bench.results.store import ResultStore
+from bench.runner.job import build_attacks
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,6 +74,36 @@ def test_repository_tasks_and_suites_validate():
         assert catalog.task(name).threats
     quick = catalog.suite("quick")
     assert set(quick.tasks) <= set(names) and quick.defenses[0].name == "none"
+    assert set(catalog.suite("standard").tasks) <= set(names)
+
+
+def test_every_task_attack_builds_applies_to_its_threat_and_records_a_bounded_transcript():
+    """Attack names, parameters and threat models of every repository task are valid (what
+    ``evaluate`` checks before a sweep), the papers' inversion tasks have their attacks, and no
+    attack of a paper-scale task asks for the whole transcript (running totals instead)."""
+    catalog = Catalog(bench_root())
+    attached = {}
+    for name in catalog.task_names():
+        task = catalog.task(name)
+        attacks = build_attacks(task)
+        attached[name] = {a for lst in attacks.values() for a, _ in lst}
+        for lst in attacks.values():
+            for _, attack in lst:
+                req = attack.requirements()
+                assert not req.all_rounds, (name, attack)
+                assert max(req.rounds, default=0) < 10, (name, attack, req.rounds)
+    assert {"dlg", "inverting_gradients"} <= attached["digits_mlp_fedsgd"]
+    assert {"dlg", "inverting_gradients"} <= attached["digits_mlp_dpsgd_torus16"]
+    pdmm = {"pdmm_noisy_gradient_inversion", "pdmm_difference_inversion", "pdmm_sum_inversion"}
+    assert attached["digits_mlp_pdmm"] == pdmm
+    for ds in ("mnist_mlp", "cifar10_lenet"):
+        for n in (1, 2, 4, 8):
+            assert attached[f"{ds}_fedsgd_n{n}"] == {"dlg_batched", "inverting_gradients"}
+            dfl = attached[f"{ds}_pdmm_n{n}"]
+            assert dfl == (pdmm - {"pdmm_difference_inversion"} if n == 8 else pdmm), (ds, n)
+    for model in ("vgg11", "alexnet"):
+        assert attached[f"cifar10_{model}_fedsgd_ig"] == {"inverting_gradients"}
+        assert "pdmm_difference_inversion" in attached[f"cifar10_{model}_pdmm_ig"]
 
 
 def test_list_tasks_suites_attacks_defenses(capsys):

@@ -179,15 +179,16 @@ def test_pdmm_attack_inputs_are_checked():
         build_attack("pdmm_noisy_gradient_inversion", optimizer="adam", boxed=True, iterations=2).run(
             _without_normalization(view)
         )
-    # honest components of unequal sizes: coalition {0, 3} on a ring of 9 leaves {1, 2} and {4..8}
+    # honest components of unequal sizes: coalition {0, 3} on a ring of 9 leaves {1, 2} and {4..8},
+    # one batched optimization each
     uneven = Simulation(
         {**sim.config.model_dump(), "nodes": 9},
         threats={"eve": build_threat("eavesdropper", coalition=[0, 3])},
         record_rounds="all",
     )
     uneven.run(3)
-    with pytest.raises(AttackError, match="different sizes"):
-        build_attack("pdmm_sum_inversion", iterations=2).run(uneven.view("eve"))
+    recs = build_attack("pdmm_sum_inversion", iterations=2).run(uneven.view("eve"))
+    assert [(r.node, r.group, r.x.shape[0]) for r in recs] == [(1, (2,), 2), (4, (5, 6, 7, 8), 5)]
     recs = build_attack("pdmm_sum_inversion", iterations=2, victims=[1]).run(uneven.view("eve"))
     assert [(r.node, r.group) for r in recs] == [(1, (2,))]
 

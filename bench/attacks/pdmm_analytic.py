@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
+from bench.attacks.reconstruction.pdmm_observables import CLOSED_FORM, PDMMObservables
 from bench.errors import require_positive_int
 from bench.registry_utils import require_choice
 from bench.threats import View
-
-CLOSED_FORM = ("exact", "gradient_step", "quadratic")
 
 
 @ATTACKS.register(
@@ -61,7 +59,10 @@ class PDMMAnalyticLogReg(Attack):
         self.mu = mu
 
     def requirements(self) -> Requirement:
-        return Requirement(rounds=(), kinds=("z0", "delta_z"), all_rounds=True)
+        """The Δz of rounds ``0 .. k + lag + 1`` and the running totals of Δz (the anchor of the
+        weights estimator; see :class:`~bench.attacks.inversion.pdmm_base.PDMMInversion`)."""
+        last = max(self.rounds, default=0) + self.lag + 1
+        return Requirement(rounds=tuple(range(last + 1)), kinds=("z0", "delta_z"), totals=("delta_z",))
 
     def run(self, view: View) -> list[Reconstruction]:
         arch = view.knowledge["architecture"]

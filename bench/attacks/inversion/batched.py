@@ -122,7 +122,7 @@ def matching_value_and_grad(
     ``vmap`` over ``k`` of ``grad_and_value`` of :func:`problem_objective` wrt ``x_k``.
     """
     fn = problem_objective(model, loss_fn, objective, tv_weight)
-    grads, values = vmap(grad_and_value(fn))(x, y, theta, target)
+    grads, values = vmap_problems(fn, target.shape[-1], target)(x, y, theta, target)
     return values, grads
 
 
@@ -137,7 +137,35 @@ def matching_values(
     tv_weight: float = 0.0,
 ) -> torch.Tensor:
     """Objectives ``[K]`` only (no gradient wrt ``x``)."""
-    return vmap(problem_objective(model, loss_fn, objective, tv_weight))(x, y, theta, target)
+    values = vmap(
+        problem_objective(model, loss_fn, objective, tv_weight),
+        chunk_size=problem_chunk(target.shape[-1], target),
+    )
+    return values(x, y, theta, target)
+
+
+#: on a CPU, problems are vmapped in chunks whose per-problem parameter gradients take about this
+#: many bytes: a vmap over all K problems at once materializes ``[K, P]`` tensors several times
+#: per evaluation and is memory-bound (measured on 2 cores: 200 problems of the MNIST-shaped MLP,
+#: 79.5k parameters — 256 ms unchunked, 87 ms in chunks of 32, 429 ms one by one; for the 7.5k
+#: digits MLP one chunk is fastest). On a GPU everything is one vmap.
+CPU_CHUNK_BYTES = 8 << 20
+
+
+def problem_chunk(params_per_problem: int, like: torch.Tensor) -> int | None:
+    """``chunk_size`` for ``torch.func.vmap`` over problems of ``params_per_problem`` parameters
+    (``None`` — a single vmap — off the CPU); see :data:`CPU_CHUNK_BYTES`."""
+    if like.device.type != "cpu":
+        return None
+    return max(4, CPU_CHUNK_BYTES // max(1, params_per_problem * like.element_size()))
+
+
+def vmap_problems(
+    objective: Callable[..., torch.Tensor], params_per_problem: int, like: torch.Tensor
+) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """``vmap(grad_and_value(objective))`` over problems (gradient wrt the first argument),
+    chunked on a CPU (:func:`problem_chunk`)."""
+    return vmap(grad_and_value(objective), chunk_size=problem_chunk(params_per_problem, like))
 
 
 def problems_fn(
@@ -165,7 +193,7 @@ def matching_fn(
     tv_weight: float = 0.0,
 ) -> BatchedFn:
     """The :data:`BatchedFn` of the K matching problems ``(y, theta, target)``."""
-    batched = vmap(grad_and_value(problem_objective(model, loss_fn, objective, tv_weight)))
+    batched = vmap_problems(problem_objective(model, loss_fn, objective, tv_weight), target.shape[-1], target)
     return problems_fn(batched, y, theta, target)
 
 
@@ -237,6 +265,7 @@ def batched_lbfgs(
     max_backtracks: int = 10,
     tolerance: float = 1e-7,
     tolerance_change: float = 1e-9,
+    lookahead: int = 2,
 ) -> BatchedResult:
     """L-BFGS on K independent problems with per-problem state, vectorized over problems.
 
@@ -246,11 +275,15 @@ def batched_lbfgs(
     pair (``min(1, 1/‖g‖₁)`` without pairs, PyTorch's first step), and a backtracking Armijo
     line search ``F(x + α d) ≤ F(x) + c₁ α gᵀd`` from ``α = 1``, halving up to
     ``max_backtracks`` times. Only the problems still searching are evaluated in a
-    backtracking round. A problem stops when ``‖g‖_∞ ≤ tolerance``; a failed line search
-    clears its history (a scaled steepest-descent step follows) or, without history, stops it.
-    A non-descent direction is replaced by the scaled steepest descent. As PyTorch's L-BFGS, a
-    problem also stops when an accepted step changes ``F`` or any coordinate by less than
-    ``tolerance_change``.
+    backtracking round, ``lookahead`` step sizes at once (``α, α/2, …``; the largest satisfying
+    Armijo is taken, as one halving at a time would — fewer calls of ``fn``, whose fixed cost
+    dominates for small models, at the price of some evaluations; measured on 2 CPU cores, 200
+    problems, 50 iterations: digits MLP 2.6 s / 1.3 s / 1.3 s and MNIST-shaped MLP 13.8 s /
+    14.6 s / 15.9 s for lookahead 1 / 2 / 4). A problem stops when
+    ``‖g‖_∞ ≤ tolerance``; a failed line search clears its history (a scaled steepest-descent
+    step follows) or, without history, stops it. A non-descent direction is replaced by the
+    scaled steepest descent. As PyTorch's L-BFGS, a problem also stops when an accepted step
+    changes ``F`` or any coordinate by less than ``tolerance_change``.
 
     ``iterations`` counts L-BFGS iterations (each one or more evaluations).
     """
@@ -266,73 +299,89 @@ def batched_lbfgs(
 
     fx, g = f(x, None)
     evals = torch.ones(k, dtype=torch.long, device=x.device)
+    # per-problem ring buffers of curvature pairs: problem k's newest pair is in slot ptr[k] − 1,
+    # ``count[k]`` pairs are valid; storing one writes one row (no shifting of the history)
     S = x.new_zeros(k, history, n)
     Y = x.new_zeros(k, history, n)
     rho = x.new_zeros(k, history)
+    ptr = torch.zeros(k, dtype=torch.long, device=x.device)
+    count = torch.zeros(k, dtype=torch.long, device=x.device)
+    every = torch.arange(k, device=x.device)
     scale = x.new_ones(k)
-    has_pairs = torch.zeros(k, dtype=torch.bool, device=x.device)
     active = torch.isfinite(fx)
     for _ in range(iterations):
         active &= g.abs().amax(1) > tolerance
         if not bool(active.any()):
             break
-        # two-loop recursion, vectorized over problems (empty slots have ρ = 0: no effect)
+        # two-loop recursion, vectorized over problems: j-th newest pair of every problem (ρ = 0
+        # where a problem has fewer than j + 1 pairs)
+        filled = int(count.max())
+        slot = [(ptr - 1 - j) % history for j in range(filled)]
+        rho_j = [torch.where(j < count, rho[every, slot[j]], 0.0) for j in range(filled)]
         q = g.clone()
         alphas = []
-        for i in range(history - 1, -1, -1):
-            a = rho[:, i] * (S[:, i] * q).sum(1)
-            q -= a[:, None] * Y[:, i]
+        for j in range(filled):
+            a = rho_j[j] * (S[every, slot[j]] * q).sum(1)
+            q -= a[:, None] * Y[every, slot[j]]
             alphas.append(a)
         first = torch.clamp(1.0 / g.abs().sum(1).clamp_min(torch.finfo(x.dtype).tiny), max=1.0)
-        r = q * torch.where(has_pairs, scale, first)[:, None]
-        for i, a in zip(range(history), reversed(alphas), strict=True):
-            b = rho[:, i] * (Y[:, i] * r).sum(1)
-            r += S[:, i] * (a - b)[:, None]
+        r = q * torch.where(count > 0, scale, first)[:, None]
+        for j in reversed(range(filled)):
+            b = rho_j[j] * (Y[every, slot[j]] * r).sum(1)
+            r += S[every, slot[j]] * (alphas[j] - b)[:, None]
         d = -r
         gd = (g * d).sum(1)
         bad = ~(gd < 0)  # not a descent direction (or NaN): scaled steepest descent
         if bool(bad.any()):
             d = torch.where(bad[:, None], -g * first[:, None], d)
             gd = (g * d).sum(1)
-            rho = torch.where(bad[:, None], torch.zeros_like(rho), rho)
-            has_pairs &= ~bad
-        # per-problem backtracking Armijo line search
+            count = torch.where(bad, 0, count)
+        # per-problem backtracking Armijo line search: α = 1 for every problem, then the next
+        # ``lookahead`` halvings of each problem still searching in one call (the largest that
+        # satisfies Armijo is accepted: the step sequential backtracking accepts, in fewer calls)
         step = x.new_ones(k)
         pending = active.clone()
         x_new, f_new, g_new = x.clone(), fx.clone(), g.clone()
-        for _ in range(max_backtracks + 1):
+        tried, width = 0, 1
+        while tried <= max_backtracks:
             idx = pending.nonzero().squeeze(1)
             if idx.numel() == 0:
                 break
-            xt = x[idx] + step[idx, None] * d[idx]
-            ft, gt = f(xt, idx)
-            evals[idx] += 1
-            ok = torch.isfinite(ft) & (ft <= fx[idx] + c1 * step[idx] * gd[idx])
-            acc = idx[ok]
-            x_new[acc], f_new[acc], g_new[acc] = xt[ok], ft[ok], gt[ok]
+            width = min(width, max_backtracks + 1 - tried)
+            factors = backtrack ** torch.arange(width, dtype=x.dtype, device=x.device)  # [w]
+            steps = step[idx, None] * factors  # [m, w]
+            rows = idx.repeat_interleave(width)
+            xt = x[rows] + steps.reshape(-1, 1) * d[rows]
+            ft, gt = f(xt, rows)
+            evals[idx] += width
+            ok = torch.isfinite(ft) & (ft <= fx[rows] + c1 * steps.reshape(-1) * gd[rows])
+            ok = ok.reshape(-1, width)
+            hit = ok.any(1)
+            first = torch.where(hit, ok.to(torch.uint8).argmax(1), 0)  # the largest accepted step
+            pick = torch.arange(idx.numel(), device=x.device) * width + first
+            acc = idx[hit]
+            x_new[acc], f_new[acc], g_new[acc] = xt[pick[hit]], ft[pick[hit]], gt[pick[hit]]
             pending[acc] = False
-            step[idx[~ok]] *= backtrack
+            step[idx[~hit]] *= backtrack**width
+            tried += width
+            width = lookahead
         failed = pending
         accepted = active & ~failed
         # curvature pairs of the accepted steps
         s, yv = x_new - x, g_new - g
         sy, yy = (s * yv).sum(1), (yv * yv).sum(1)
         store = accepted & (sy > 1e-10 * yy) & (yy > 0)
-        sel = store[:, None, None]
-        S = torch.where(sel, torch.cat([S[:, 1:], s[:, None]], 1), S)
-        Y = torch.where(sel, torch.cat([Y[:, 1:], yv[:, None]], 1), Y)
-        inv = torch.where(store, 1.0 / torch.where(store, sy, torch.ones_like(sy)), torch.zeros_like(sy))
-        rho = torch.where(store[:, None], torch.cat([rho[:, 1:], inv[:, None]], 1), rho)
+        at = store.nonzero().squeeze(1)
+        S[at, ptr[at]], Y[at, ptr[at]], rho[at, ptr[at]] = s[at], yv[at], 1.0 / sy[at]
         scale = torch.where(store, sy / torch.where(store, yy, torch.ones_like(yy)), scale)
-        has_pairs |= store
+        ptr = torch.where(store, (ptr + 1) % history, ptr)
+        count = torch.where(store, (count + 1).clamp_max(history), count)
         # a failed line search: forget the history, or stop when there was none
-        active &= ~(failed & ~has_pairs)
+        active &= ~(failed & (count == 0))
         stalled = (fx - f_new).abs() < tolerance_change
         stalled |= (x_new - x).abs().amax(1) <= tolerance_change
         active &= ~(accepted & stalled)
-        clear = failed & has_pairs
-        rho = torch.where(clear[:, None], torch.zeros_like(rho), rho)
-        has_pairs &= ~clear
+        count = torch.where(failed, 0, count)
         x, fx, g = x_new, f_new, g_new
     return BatchedResult(x.reshape(shape), _finite(fx), evals)
 

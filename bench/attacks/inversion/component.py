@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import torch
-from torch.func import functional_call, grad, grad_and_value, vmap
+from torch.func import functional_call, grad, vmap
 
 from bench.attacks.base import ATTACKS, AttackError, Reconstruction
 from bench.attacks.gradients import architecture, loss_function
@@ -51,6 +51,7 @@ from bench.attacks.inversion.batched import (
     label_hypotheses,
     problems_fn,
     total_variation,
+    vmap_problems,
 )
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.reconstruction.pdmm_observables import Observables, honest_nodes
@@ -62,6 +63,7 @@ from bench.simulation.objective import LossFn
 from bench.threats import View
 
 _SEED_TAG = 0xC0C  # initialization stream of the component attacks
+_FIELDS = ("x", "y", "th", "late", "tg", "dtg", "owner")  # the stacked data of a group of problems
 
 
 def component_fn(
@@ -109,7 +111,8 @@ def component_fn(
 
     late = theta_late if combined else theta
     dt = diff_target if combined else theta
-    return problems_fn(vmap(grad_and_value(one)), y, theta, target, late, dt)
+    per_problem = theta.shape[1] * theta.shape[2] * (2 if combined else 1)
+    return problems_fn(vmap_problems(one, per_problem, target), y, theta, target, late, dt)
 
 
 def attributions(labels: list[int], nodes: int, batch: int, limit: int) -> Iterator[tuple[int, ...]]:
@@ -159,9 +162,10 @@ class GradientSumInversion(PDMMInversion):
         Enumerate the distinct attributions of the multiset to nodes when there are at most this
         many; otherwise use the sorted one.
     rounds, anchor, victims, restarts, iterations, optimizer, objective, tv_weight, lr, signed,
-    boxed, lr_decay, mean, std, init_scale, batch_size, seed:
+    boxed, lr_decay, mean, std, assume, mu, init_scale, batch_size, seed:
         As :class:`~bench.attacks.inversion.pdmm_base.PDMMInversion` (``batch_size`` = samples
         per node, n_i; ``victims``: the components holding one of them are attacked).
+        Components of one size are one batched optimization (several sizes: one per size).
 
     Extra
     -----
@@ -204,13 +208,15 @@ class GradientSumInversion(PDMMInversion):
         if self.diff_weight:
             dg = g_noisy[self.lag :] - g_noisy[: -self.lag]  # the z^(0) term cancels (Eq. 22)
         b = self.batch_size
-        xs, ys, ths, lates, tgs, dtgs, owner = [], [], [], [], [], [], []
+        # problems grouped by component size: one batched optimization per size
+        groups: dict[int, dict[str, list]] = {}
         for k in self.rounds:
             self.check_round(k, g_noisy.shape[0] - (self.lag if self.diff_weight else 0), "gradient sum")
             for c, comp in enumerate(comps):
                 if not attacked.intersection(comp):
                     continue
                 m = len(comp)
+                grp = groups.setdefault(m, {key: [] for key in _FIELDS})
                 th = w_eval[k, comp]
                 target = sums[c][k] * scale
                 pooled, _ = label_hypotheses(
@@ -226,29 +232,27 @@ class GradientSumInversion(PDMMInversion):
                     gen = torch.Generator().manual_seed(key)
                     x0 = self.init_scale * torch.randn(m, b, *shape, generator=gen, dtype=target.dtype)
                     for yy in yh:
-                        xs.append(x0.to(target.device))
-                        ys.append(yy.to(target.device))
-                        ths.append(th)
-                        tgs.append(target)
+                        grp["x"].append(x0.to(target.device))
+                        grp["y"].append(yy.to(target.device))
+                        grp["th"].append(th)
+                        grp["tg"].append(target)
                         if self.diff_weight:
-                            lates.append(w_eval[k + self.lag, comp])
-                            dtgs.append(dg[k, comp] * scale)
-                        owner.append((k, c))
-        if not xs:
+                            grp["late"].append(w_eval[k + self.lag, comp])
+                            grp["dtg"].append(dg[k, comp] * scale)
+                        grp["owner"].append((k, c))
+        if not groups:
             raise AttackError("no honest component to attack")
-        if len({x.shape for x in xs}) > 1:
-            raise AttackError(
-                "honest components of different sizes cannot be stacked in one batch; attack a "
-                "coalition that leaves equal components, or name victims in components of one size "
-                f"(sizes: {sorted({len(c) for c in comps})})"
-            )
-        fn = component_fn(
-            model, loss_function(view), torch.stack(ys), torch.stack(ths), torch.stack(tgs),
-            self.objective, self.tv_weight,
-            torch.stack(lates) if lates else None, torch.stack(dtgs) if dtgs else None, self.diff_weight,
-        )  # fmt: skip
-        result = self.optimize(fn, torch.stack(xs), arch, shape)
-        return self.best(comps, owner, torch.stack(ys), torch.stack(tgs), result)
+        recs = []
+        for m in sorted(groups):
+            grp = {key: torch.stack(v) if key != "owner" and v else v for key, v in groups[m].items()}
+            fn = component_fn(
+                model, loss_function(view), grp["y"], grp["th"], grp["tg"], self.objective, self.tv_weight,
+                grp["late"] if self.diff_weight else None, grp["dtg"] if self.diff_weight else None,
+                self.diff_weight,
+            )  # fmt: skip
+            result = self.optimize(fn, grp["x"], arch, shape)
+            recs += self.best(comps, grp["owner"], grp["y"], grp["tg"], result)
+        return sorted(recs, key=lambda r: (r.round, r.node))
 
     def best(
         self,

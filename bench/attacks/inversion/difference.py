@@ -19,7 +19,7 @@ every class (every label multiset for ``n_i > 1``) is enumerated and the best fi
 from __future__ import annotations
 
 import torch
-from torch.func import functional_call, grad, grad_and_value, vmap
+from torch.func import functional_call, grad
 
 from bench.attacks.base import ATTACKS, Reconstruction
 from bench.attacks.gradients import GradientTarget, architecture, loss_function
@@ -30,6 +30,7 @@ from bench.attacks.inversion.batched import (
     gradient_distance,
     problems_fn,
     total_variation,
+    vmap_problems,
 )
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.reconstruction.pdmm_observables import Observables
@@ -60,7 +61,7 @@ def difference_fn(
         value = gradient_distance(g, tg, objective)
         return value + tv_weight * total_variation(x) if tv_weight else value
 
-    return problems_fn(vmap(grad_and_value(one)), y, theta2, target)
+    return problems_fn(vmap_problems(one, 2 * p, target), y, theta2, target)
 
 
 @ATTACKS.register(
@@ -75,7 +76,7 @@ class GradientDifferenceInversion(PDMMInversion):
     lag:
         ℓ (the thesis uses 2, TIFS any ℓ ≥ 1).
     rounds, anchor, victims, restarts, iterations, optimizer, objective, tv_weight, lr, signed,
-    boxed, lr_decay, mean, std, init_scale, batch_size, seed:
+    boxed, lr_decay, mean, std, assume, mu, init_scale, batch_size, seed:
         As :class:`~bench.attacks.inversion.pdmm_base.PDMMInversion`. Labels are always
         enumerated (thesis C10: a difference has no informative sign).
     """

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.func import functional_call, grad, grad_and_value, vmap
+from torch.func import functional_call, grad
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.dlg import LABEL_LOSSES
@@ -39,6 +39,7 @@ from bench.attacks.inversion.batched import (
     problems_fn,
     step_decay_milestones,
     total_variation,
+    vmap_problems,
 )
 from bench.attacks.inversion.inverting_gradients import pixel_box
 from bench.errors import require_number, require_positive_int
@@ -177,7 +178,8 @@ def update_matching_fn(
     """The :data:`~bench.attacks.inversion.batched.BatchedFn` of the K update-matching problems
     ``(y [K, n'], theta [K, P], target [K, P])``: ``vmap`` over problems of ``grad_and_value``
     of :func:`update_objective` wrt ``x_k``."""
-    batched = vmap(grad_and_value(update_objective(model, loss_fn, schedule, objective, tv_weight)))
+    objective_fn = update_objective(model, loss_fn, schedule, objective, tv_weight)
+    batched = vmap_problems(objective_fn, len(schedule.slices) * target.shape[-1], target)
     return problems_fn(batched, y, theta, target)
 
 

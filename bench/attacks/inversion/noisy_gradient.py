@@ -40,7 +40,7 @@ class NoisyGradientInversion(PDMMInversion):
         ``"auto"`` (iDLG / label counts from ``g̃``), ``"idlg"``, ``"counts"`` or
         ``"enumerate"`` (:func:`~bench.attacks.inversion.batched.label_hypotheses`).
     rounds, anchor, victims, restarts, iterations, optimizer, objective, tv_weight, lr, signed,
-    boxed, lr_decay, mean, std, init_scale, batch_size, seed:
+    boxed, lr_decay, mean, std, assume, mu, init_scale, batch_size, seed:
         As :class:`~bench.attacks.inversion.pdmm_base.PDMMInversion`.
     """
 

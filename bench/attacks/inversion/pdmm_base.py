@@ -40,7 +40,12 @@ from bench.attacks.inversion.batched import (
     step_decay_milestones,
 )
 from bench.attacks.inversion.inverting_gradients import pixel_box
-from bench.attacks.reconstruction.pdmm_observables import Observables, PDMMObservables, honest_nodes
+from bench.attacks.reconstruction.pdmm_observables import (
+    CLOSED_FORM,
+    Observables,
+    PDMMObservables,
+    honest_nodes,
+)
 from bench.errors import require, require_number, require_positive_int
 from bench.registry_utils import require_choice
 from bench.threats import View
@@ -72,6 +77,10 @@ class PDMMInversion(Attack):
         ``"l2"`` or ``"cosine"`` matching; total-variation weight ``λ_TV``.
     mean, std:
         Normalization constants for the box (``None``: the declared architecture's).
+    assume, mu:
+        The local solver the attacker assumes and its μ (``None``: the public ones; a public
+        solver without a closed-form leakage — the inexact-update defense — is taken as
+        ``exact``, which is wrong, as in ``pdmm_analytic_logreg``).
     batch_size:
         ``n_i``, the samples of each victim's local set.
     seed:
@@ -97,6 +106,8 @@ class PDMMInversion(Attack):
         lr_decay: bool = False,
         mean: list[float] | float | None = None,
         std: list[float] | float | None = None,
+        assume: str | None = None,
+        mu: float | None = None,
         init_scale: float = 1.0,
         batch_size: int = 1,
         seed: int = 0,
@@ -125,6 +136,8 @@ class PDMMInversion(Attack):
         self.lr = require_number(lr, "attack.lr")
         self.signed, self.boxed, self.lr_decay = bool(signed), bool(boxed), bool(lr_decay)
         self.mean, self.std = mean, std
+        self.assume = None if assume is None else require_choice(assume, CLOSED_FORM, "attack.assume")
+        self.mu = None if mu is None else require_number(mu, "attack.mu")
         self.init_scale = require_number(init_scale, "attack.init_scale")
         self.batch_size = require_positive_int(batch_size, "attack.batch_size")
         self.seed = int(seed)
@@ -144,9 +157,14 @@ class PDMMInversion(Attack):
         return Requirement(rounds=tuple(range(last + 1)), kinds=("z0", "delta_z"), totals=("delta_z",))
 
     # ------------------------------------------------------------------------------ helpers
-    @staticmethod
-    def observables(view: View, observables: Observables | None) -> Observables:
-        return observables if observables is not None else PDMMObservables(view)
+    def observables(self, view: View, observables: Observables | None) -> Observables:
+        """``observables`` if given (harness side), else rebuilt from the view's traffic under
+        the assumed solver."""
+        if observables is not None:
+            return observables
+        solver = view.knowledge["hyperparameters"]["solver"]
+        assume = self.assume or (solver if solver in CLOSED_FORM else "exact")
+        return PDMMObservables(view, solver=assume, mu=self.mu)
 
     def target_scale(self, view: View) -> float:
         """``1 / n_i`` for the papers' sum-reduced ``f_i`` (the dummy gradient is of the mean)."""

@@ -44,6 +44,8 @@ from bench.protocols.pdmm import EdgeStructure
 from bench.threats import View
 
 ONE_STEP_SOLVERS = ("gradient_step", "quadratic")
+#: the local solvers whose updates reveal the gradient in closed form (:class:`SolverModel`)
+CLOSED_FORM = ("exact", *ONE_STEP_SOLVERS)
 
 
 @dataclass
