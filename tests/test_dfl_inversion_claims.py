@@ -4,13 +4,12 @@
 so the orderings measure how hard each observable is to invert, not the anchor error of an
 unconverged run (the leaderboard tasks use the eavesdropper's own estimates).
 
-Measured when these tests were written (mean SSIM over seeds 0–2):
+Measured when these tests were written (mean SSIM over seeds 0–2, the tests' settings):
 
-* C5 — noisy-gradient inversion vs σ_z²: 0.998 (0), 0.916 (1e-2), 0.005 (1); label accuracy
-  1.0 → 0.17; test accuracy of a 20-node ring after 300 rounds 0.916 → 0.898.
-* C7 — FedSGD vs PDMM gradient differences (5 victims): n_i = 1: 0.999 vs 0.963; n_i = 2:
-  0.989 vs 0.885 (n_i = 4, one victim: 0.998 vs 0.844); FedSGD alone over n_i = 1, 2, 4, 8:
-  0.999, 0.989, 0.974, 0.873.
+* C5 — noisy-gradient inversion vs σ_z²: 0.996 (0), 0.907 (1e-2), 0.013 (1); label accuracy
+  1.0 → 0.17; test accuracy of a 20-node ring after 300 rounds 0.915 → 0.898.
+* C7 — FedSGD vs PDMM gradient differences (3 victims): n_i = 1: 0.998 vs 0.962; n_i = 2:
+  0.999 vs 0.882; FedSGD alone (5 clients) over n_i = 1, 2, 4, 8: 0.999, 0.989, 0.974, 0.873.
 * C8 — gradient-sum inversion by component size: 1.000 (2), 0.960 (4), 0.407 (8).
 """
 
