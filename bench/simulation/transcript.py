@@ -9,7 +9,7 @@ own states at the start of each recorded round.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -186,9 +186,9 @@ class Transcript:
             seen = msgs.restrict(mask)
             if keep:
                 self.messages[name].append(seen.detached(self.device))
-            if total:
+            if total:  # restrict() gathered fresh rows: detaching them needs no copy
                 run = self.running[name].get(msgs.kind)
-                seen = seen.detached(msgs.payload.device)
+                seen = replace(seen, payload=seen.payload.detach())
                 self.running[name][msgs.kind] = RunningTotal.start(seen) if run is None else run.add(seen)
 
     def record_states(self, round_: int, theta: torch.Tensor, final: bool = False) -> None:

@@ -135,8 +135,11 @@ class PDMMObservables:
                 missing = run.last_round + 1 - run.rounds
                 raise AttackError(f"the running totals of delta_z miss {missing} rounds")
             total = torch.full((self.e.n_edges, self.P), float("nan"), dtype=dtype)
-            pos = torch.searchsorted(keys, run.senders * n + run.receivers)
-            total[pos.clamp_max(self.e.n_edges - 1)] = run.total.to(dtype)
+            query = run.senders * n + run.receivers
+            pos = torch.searchsorted(keys, query).clamp_max(self.e.n_edges - 1)
+            if not bool((keys[pos] == query).all()):
+                raise AttackError("the running totals hold delta_z along pairs that are not graph edges")
+            total[pos] = run.total.to(dtype)
             last = torch.full_like(total, float("nan"))
             idx, rows = edge_rows(run.last)
             last[idx] = run.last.payload[rows].to(dtype)
