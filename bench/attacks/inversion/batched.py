@@ -47,6 +47,7 @@ from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Req
 from bench.attacks.dlg import LABEL_LOSSES, SOURCES, idlg_label
 from bench.attacks.gradient_recovery import MODEL_KIND, common_model, recover_neighbor_gradients
 from bench.attacks.gradients import GradientTarget, architecture, loss_function, server_targets
+from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.label_counts import infer_label_counts
 from bench.data.stacked import counter_hash
 from bench.errors import require_number, require_positive_int
@@ -58,6 +59,7 @@ from bench.threats import View
 OBJECTIVES = ("l2", "cosine")
 LABEL_STRATEGIES = ("auto", "idlg", "counts", "enumerate")
 OPTIMIZERS = ("lbfgs", "adam")
+MATCHING_METHODS = ("auto", "vmap", "gram")
 #: largest number of label hypotheses per victim that ``enumerate`` accepts
 MAX_HYPOTHESES = 4096
 _SEED_TAG = 0xB7C  # initialization stream of the batched attacks
@@ -191,8 +193,18 @@ def matching_fn(
     target: torch.Tensor,
     objective: str = "l2",
     tv_weight: float = 0.0,
+    method: str = "auto",
 ) -> BatchedFn:
-    """The :data:`BatchedFn` of the K matching problems ``(y, theta, target)``."""
+    """The :data:`BatchedFn` of the K matching problems ``(y, theta, target)``.
+
+    ``method``: ``"vmap"`` (``vmap`` of the second-order :func:`problem_objective`, any model),
+    ``"gram"`` (:class:`~bench.attacks.inversion.gram.GramMatching`: the rank-one expansion
+    of Linear-layer gradients, no per-problem gradient is formed; Sequential MLPs only) or
+    ``"auto"`` (``gram`` where it applies). Both compute the same objective and gradient.
+    """
+    require_choice(method, MATCHING_METHODS, "matching method")
+    if method == "gram" or (method == "auto" and gram_applicable(model)):
+        return GramMatching(model, loss_fn, y, theta, target, objective, tv_weight)
     batched = vmap_problems(problem_objective(model, loss_fn, objective, tv_weight), target.shape[-1], target)
     return problems_fn(batched, y, theta, target)
 
@@ -266,6 +278,7 @@ def batched_lbfgs(
     tolerance: float = 1e-7,
     tolerance_change: float = 1e-9,
     lookahead: int = 2,
+    max_evaluations: int | None = None,
 ) -> BatchedResult:
     """L-BFGS on K independent problems with per-problem state, vectorized over problems.
 
@@ -285,7 +298,10 @@ def batched_lbfgs(
     scaled steepest descent. As PyTorch's L-BFGS, a problem also stops when an accepted step
     changes ``F`` or any coordinate by less than ``tolerance_change``.
 
-    ``iterations`` counts L-BFGS iterations (each one or more evaluations).
+    ``iterations`` counts L-BFGS iterations (each one or more evaluations);
+    ``max_evaluations`` (``torch.optim.LBFGS``'s ``max_eval``) also stops a problem once it has
+    used that many objective evaluations (checked before each iteration, as PyTorch does after
+    each).
     """
     shape = x0.shape
     k = shape[0]
@@ -306,30 +322,17 @@ def batched_lbfgs(
     rho = x.new_zeros(k, history)
     ptr = torch.zeros(k, dtype=torch.long, device=x.device)
     count = torch.zeros(k, dtype=torch.long, device=x.device)
-    every = torch.arange(k, device=x.device)
     scale = x.new_ones(k)
     active = torch.isfinite(fx)
     for _ in range(iterations):
         active &= g.abs().amax(1) > tolerance
+        if max_evaluations is not None:
+            active &= evals < max_evaluations
         if not bool(active.any()):
             break
-        # two-loop recursion, vectorized over problems: j-th newest pair of every problem (ρ = 0
-        # where a problem has fewer than j + 1 pairs)
-        filled = int(count.max())
-        slot = [(ptr - 1 - j) % history for j in range(filled)]
-        rho_j = [torch.where(j < count, rho[every, slot[j]], 0.0) for j in range(filled)]
-        q = g.clone()
-        alphas = []
-        for j in range(filled):
-            a = rho_j[j] * (S[every, slot[j]] * q).sum(1)
-            q -= a[:, None] * Y[every, slot[j]]
-            alphas.append(a)
         first = torch.clamp(1.0 / g.abs().sum(1).clamp_min(torch.finfo(x.dtype).tiny), max=1.0)
-        r = q * torch.where(count > 0, scale, first)[:, None]
-        for j in reversed(range(filled)):
-            b = rho_j[j] * (Y[every, slot[j]] * r).sum(1)
-            r += S[every, slot[j]] * (alphas[j] - b)[:, None]
-        d = -r
+        gamma = torch.where(count > 0, scale, first)
+        d = -_two_loop(g, S, Y, rho, ptr, count, gamma)
         gd = (g * d).sum(1)
         bad = ~(gd < 0)  # not a descent direction (or NaN): scaled steepest descent
         if bool(bad.any()):
@@ -384,6 +387,41 @@ def batched_lbfgs(
         count = torch.where(failed, 0, count)
         x, fx, g = x_new, f_new, g_new
     return BatchedResult(x.reshape(shape), _finite(fx), evals)
+
+
+def _two_loop(
+    g: torch.Tensor,
+    S: torch.Tensor,
+    Y: torch.Tensor,
+    rho: torch.Tensor,
+    ptr: torch.Tensor,
+    count: torch.Tensor,
+    gamma: torch.Tensor,
+) -> torch.Tensor:
+    """``H g`` by the L-BFGS two-loop recursion (Nocedal & Wright, Alg. 7.4), vectorized over
+    problems: problem ``k``'s j-th newest pair is in ring slot ``ptr[k] − 1 − j`` and ``count[k]``
+    pairs are valid (``ρ = 0`` beyond); ``gamma [K]`` scales the initial ``H₀ = γ I``."""
+    history = S.shape[1]
+    filled = int(count.max()) if count.numel() else 0
+    if filled == 0:
+        return g * gamma[:, None]
+    # the valid pairs newest first, gathered once: [K, filled, n] (and ρ = 0 beyond count)
+    newest = (ptr[:, None] - 1 - torch.arange(filled, device=g.device)) % history  # [K, filled]
+    every = torch.arange(S.shape[0], device=g.device)[:, None]
+    Sn, Yn = S[every, newest], Y[every, newest]
+    valid = torch.arange(filled, device=g.device) < count[:, None]
+    rn = torch.where(valid, rho[every, newest], 0.0)
+    q = g.clone()
+    alphas = []
+    for j in range(filled):
+        a = rn[:, j] * torch.linalg.vecdot(Sn[:, j], q)
+        q.addcmul_(Yn[:, j], a[:, None], value=-1.0)
+        alphas.append(a)
+    r = q.mul_(gamma[:, None])
+    for j in reversed(range(filled)):
+        b = rn[:, j] * torch.linalg.vecdot(Yn[:, j], r)
+        r.addcmul_(Sn[:, j], (alphas[j] - b)[:, None])
+    return r
 
 
 def _finite(values: torch.Tensor) -> torch.Tensor:
