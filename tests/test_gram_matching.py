@@ -1,13 +1,16 @@
 """The rank-one ("Gram") expansion of Linear-layer gradient matching equals the generic vmapped
 second-order objective: values and gradients wrt the inputs, in float64, for L2 and cosine,
-with TV, several batch sizes and losses, shared and distinct (θ, g) rows, and row subsets with
-repeats (as the batched L-BFGS line search asks for)."""
+with TV, several batch sizes and losses, shared and distinct (θ, g) rows, row subsets with
+repeats (as the batched L-BFGS line search asks for), PDMM gradient differences and gradient
+sums over a component."""
 
 import pytest
 import torch
 from torch import nn
 
-from bench.attacks.inversion.batched import matching_fn, matching_value_and_grad
+from bench.attacks.inversion.batched import matching_fn, matching_value_and_grad, total_variation
+from bench.attacks.inversion.component import component_fn
+from bench.attacks.inversion.difference import difference_fn
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.errors import BenchInputError
 from bench.simulation.flat import FlatModel
@@ -100,3 +103,64 @@ def test_auto_method_picks_gram_for_sequential_mlps_and_vmap_otherwise():
         GramMatching(conv, loss_fn, y, zeros, zeros)
     with pytest.raises(BenchInputError, match="matching method"):
         matching_fn(model, loss_fn, y, theta, target, method="ghost")
+
+
+@pytest.mark.parametrize(("objective", "tv"), [("l2", 0.0), ("cosine", 0.1)])
+@pytest.mark.parametrize("b", [1, 2])
+def test_gram_gradient_difference_equals_vmap_and_a_two_model_autograd_loop(objective, tv, b):
+    """PDMM gradient differences ∇f(w_late; x) − ∇f(w_early; x) (thesis Eq. 5.11), both models
+    differentiated: the two-term Gram expansion, the vmapped objective and plain autograd agree."""
+    model, loss_fn, x, y, theta, target = problems("mlp_sigmoid", 6, b, 3)
+    late = theta + 0.2 * torch.randn(
+        theta.shape, generator=torch.Generator().manual_seed(1), dtype=theta.dtype
+    )
+    theta2 = torch.cat([theta, late], 1)
+    idx = torch.tensor([5, 0, 3, 3, 1])
+    gram = difference_fn(model, loss_fn, y, theta2, target, objective, tv, method="gram")
+    vm = difference_fn(model, loss_fn, y, theta2, target, objective, tv, method="vmap")
+    assert isinstance(gram, GramMatching) and not isinstance(vm, GramMatching)
+    for rows in (None, idx):
+        xs = x if rows is None else x[rows]
+        (gv, gg), (vv, vg) = gram(xs, rows), vm(xs, rows)
+        assert torch.allclose(gv, vv, rtol=0, atol=1e-10)
+        assert torch.allclose(gg, vg, rtol=0, atol=1e-10)
+    for k in range(2):
+        xk = x[k].clone().requires_grad_(True)
+        d = _autograd_gradient(model, loss_fn, late[k], xk, y[k]) - _autograd_gradient(
+            model, loss_fn, theta[k], xk, y[k]
+        )
+        if objective == "l2":
+            value = (d - target[k]).pow(2).sum()
+        else:
+            value = 1 - (d @ target[k]) / (d.norm() * target[k].norm())
+        value = value + tv * total_variation(xk)
+        assert abs(float(gram(x[k : k + 1], torch.tensor([k]))[0][0]) - float(value.detach())) < 1e-10
+        assert torch.allclose(gram(x, None)[1][k], torch.autograd.grad(value, xk)[0], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(("objective", "tv"), [("l2", 0.05), ("cosine", 0.0)])
+def test_gram_component_sum_equals_vmap(objective, tv):
+    """TIFS Eq. 30: the sum of M nodes' gradients, each at its own weights on its own inputs."""
+    model, loss_fn, _, _, theta, target = problems("mlp_relu_nobias", 4, 1, 2)
+    m, b, g = 3, 2, torch.Generator().manual_seed(2)
+    th = theta[:, None] + 0.1 * torch.randn(4, m, theta.shape[1], generator=g, dtype=theta.dtype)
+    x = torch.randn(4, m, b, 1, 4, 4, generator=g, dtype=theta.dtype)
+    y = torch.randint(0, 3, (4, m, b), generator=g)
+    gram = component_fn(model, loss_fn, y, th, target, objective, tv, method="gram")
+    vm = component_fn(model, loss_fn, y, th, target, objective, tv, method="vmap")
+    assert isinstance(gram, GramMatching)
+    idx = torch.tensor([3, 3, 0])
+    for rows in (None, idx):
+        xs = x if rows is None else x[rows]
+        (gv, gg), (vv, vg) = gram(xs, rows), vm(xs, rows)
+        assert torch.allclose(gv, vv, rtol=0, atol=1e-10)
+        assert torch.allclose(gg, vg, rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match="combined"):
+        component_fn(model, loss_fn, y, th, target, objective, tv, th, th, 1.0, method="gram")
+
+
+def _autograd_gradient(model, loss_fn, theta, x, y):
+    params = {n: p.detach().requires_grad_(True) for n, p in model.unflatten(theta).items()}
+    out = torch.func.functional_call(model.module, params, (x,))
+    g = torch.autograd.grad(loss_fn(out, y).mean(), list(params.values()), create_graph=True)
+    return torch.cat([t.reshape(-1) for t in g])

@@ -45,6 +45,7 @@ from bench.attacks.base import ATTACKS, AttackError, Reconstruction
 from bench.attacks.gradients import architecture, loss_function
 from bench.attacks.inversion.batched import (
     LABEL_STRATEGIES,
+    MATCHING_METHODS,
     BatchedFn,
     BatchedResult,
     gradient_distance,
@@ -53,6 +54,7 @@ from bench.attacks.inversion.batched import (
     total_variation,
     vmap_problems,
 )
+from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.reconstruction.pdmm_observables import Observables, honest_nodes
 from bench.data.stacked import counter_hash
@@ -77,6 +79,7 @@ def component_fn(
     theta_late: torch.Tensor | None = None,
     diff_target: torch.Tensor | None = None,
     diff_weight: float = 1.0,
+    method: str = "auto",
 ) -> BatchedFn:
     """The :data:`~bench.attacks.inversion.batched.BatchedFn` of K component problems.
 
@@ -84,8 +87,22 @@ def component_fn(
     each node's weights ``w_i^(k)``, ``target [K, P]`` the gradient sum. For the combined
     objective also ``theta_late [K, M, P]`` (``w_i^(k+ℓ)``) and ``diff_target [K, M, P]``
     (``Δ_i^(k)``); ``diff_weight = 0`` or ``diff_target = None`` gives Eq. 30 alone.
+
+    ``method``: ``"gram"`` — Eq. 30 alone through the rank-one expansion of a sum of ``M``
+    Linear-layer gradients, each node its own inputs and weights
+    (:class:`~bench.attacks.inversion.gram.GramMatching`); ``"vmap"`` — ``vmap`` over problems
+    and nodes of the second-order objective (any model, and the combined objective);
+    ``"auto"`` — ``gram`` where it applies (Sequential MLPs, Eq. 30 alone).
     """
+    require_choice(method, MATCHING_METHODS, "matching method")
     combined = diff_target is not None and diff_weight != 0
+    if method == "gram" and combined:
+        raise ValueError("the gram method covers Eq. 30 alone, not the combined objective")
+    if method == "gram" or (method == "auto" and not combined and gram_applicable(model)):
+        m = theta.shape[1]
+        return GramMatching(
+            model, loss_fn, y, theta, target, objective, tv_weight, terms=m, shared_inputs=False
+        )
 
     def train_loss(th: torch.Tensor, x: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
         return loss_fn(functional_call(model.module, model.unflatten(th), (x,)), yy).mean()

@@ -24,6 +24,7 @@ from torch.func import functional_call, grad
 from bench.attacks.base import ATTACKS, Reconstruction
 from bench.attacks.gradients import GradientTarget, architecture, loss_function
 from bench.attacks.inversion.batched import (
+    MATCHING_METHODS,
     BatchedFn,
     best_per_victim,
     build_problems,
@@ -32,9 +33,11 @@ from bench.attacks.inversion.batched import (
     total_variation,
     vmap_problems,
 )
+from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.reconstruction.pdmm_observables import Observables
 from bench.errors import require_positive_int
+from bench.registry_utils import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
@@ -48,9 +51,20 @@ def difference_fn(
     target: torch.Tensor,
     objective: str,
     tv_weight: float = 0.0,
+    method: str = "auto",
 ) -> BatchedFn:
     """Batched objective of K problems: ``theta2 [K, 2P]`` = (early, late) models, ``target [K, P]``
-    the observed differences, ``y [K, B]`` the label hypotheses."""
+    the observed differences, ``y [K, B]`` the label hypotheses.
+
+    ``method``: ``"gram"`` — the rank-one expansion of the difference of two Linear-layer
+    gradients (:class:`~bench.attacks.inversion.gram.GramMatching` with terms (early, late) and
+    coefficients (−1, +1)); ``"vmap"`` — ``vmap`` of the second-order objective (any model);
+    ``"auto"`` — ``gram`` where it applies. Both compute the same objective and gradient."""
+    require_choice(method, MATCHING_METHODS, "matching method")
+    if method == "gram" or (method == "auto" and gram_applicable(model)):
+        return GramMatching(
+            model, loss_fn, y, theta2, target, objective, tv_weight, terms=2, coefficients=(-1.0, 1.0)
+        )
     p = target.shape[1]
 
     def train_loss(theta: torch.Tensor, x: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
