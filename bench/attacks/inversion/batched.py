@@ -282,12 +282,13 @@ def batched_lbfgs(
 ) -> BatchedResult:
     """L-BFGS on K independent problems with per-problem state, vectorized over problems.
 
-    Per problem ``k``: a history of the last ``history`` curvature pairs ``(s, y)`` (a pair is
-    kept only when ``sᵀy > 1e-10·yᵀy``, so the inverse-Hessian estimate stays positive
-    definite), the two-loop recursion with initial scaling ``γ = sᵀy / yᵀy`` of the newest
-    pair (``min(1, 1/‖g‖₁)`` without pairs, PyTorch's first step), and a backtracking Armijo
-    line search ``F(x + α d) ≤ F(x) + c₁ α gᵀd`` from ``α = 1``, halving up to
-    ``max_backtracks`` times. Only the problems still searching are evaluated in a
+    Per problem ``k``: the curvature pairs ``(s, y)`` of its last ``history`` iterations (a pair
+    is kept only when ``sᵀy > 1e-10·yᵀy``, so the inverse-Hessian estimate stays positive
+    definite; a window of iterations rather than of kept pairs, so that all problems share one
+    ring-buffer slot per iteration), the two-loop recursion with initial scaling
+    ``γ = sᵀy / yᵀy`` of the newest pair (``min(1, 1/‖g‖₁)`` without pairs, PyTorch's first
+    step), and a backtracking Armijo line search ``F(x + α d) ≤ F(x) + c₁ α gᵀd`` from
+    ``α = 1``, halving up to ``max_backtracks`` times. Only the problems still searching are evaluated in a
     backtracking round, ``lookahead`` step sizes at once (``α, α/2, …``; the largest satisfying
     Armijo is taken, as one halving at a time would — fewer calls of ``fn``, whose fixed cost
     dominates for small models, at the price of some evaluations; measured on 2 CPU cores, 200
@@ -315,30 +316,32 @@ def batched_lbfgs(
 
     fx, g = f(x, None)
     evals = torch.ones(k, dtype=torch.long, device=x.device)
-    # per-problem ring buffers of curvature pairs: problem k's newest pair is in slot ptr[k] − 1,
-    # ``count[k]`` pairs are valid; storing one writes one row (no shifting of the history)
-    S = x.new_zeros(k, history, n)
-    Y = x.new_zeros(k, history, n)
-    rho = x.new_zeros(k, history)
-    ptr = torch.zeros(k, dtype=torch.long, device=x.device)
-    count = torch.zeros(k, dtype=torch.long, device=x.device)
+    # curvature pairs in one ring buffer for all problems, slot-major: iteration i writes slot
+    # i mod history of every problem, and ρ = 0 marks "no pair" (not accepted, curvature condition
+    # failed, or forgotten) — the two-loop then reads contiguous slices S[slot] (views), never a
+    # per-problem gather, and nothing is shifted
+    S = x.new_zeros(history, k, n)
+    Y = x.new_zeros(history, k, n)
+    rho = x.new_zeros(history, k)
     scale = x.new_ones(k)
     active = torch.isfinite(fx)
-    for _ in range(iterations):
+    for it in range(iterations):
         active &= g.abs().amax(1) > tolerance
         if max_evaluations is not None:
             active &= evals < max_evaluations
         if not bool(active.any()):
             break
         first = torch.clamp(1.0 / g.abs().sum(1).clamp_min(torch.finfo(x.dtype).tiny), max=1.0)
-        gamma = torch.where(count > 0, scale, first)
-        d = -_two_loop(g, S, Y, rho, ptr, count, gamma)
+        has_pairs = (rho > 0).any(0)
+        newest = [(it - 1 - j) % history for j in range(min(it, history))]
+        d = -_two_loop(g, S, Y, rho, newest, torch.where(has_pairs, scale, first))
         gd = (g * d).sum(1)
         bad = ~(gd < 0)  # not a descent direction (or NaN): scaled steepest descent
         if bool(bad.any()):
             d = torch.where(bad[:, None], -g * first[:, None], d)
             gd = (g * d).sum(1)
-            count = torch.where(bad, 0, count)
+            rho = torch.where(bad, 0.0, rho)
+            has_pairs &= ~bad
         # per-problem backtracking Armijo line search: α = 1 for every problem, then the next
         # ``lookahead`` halvings of each problem still searching in one call (the largest that
         # satisfies Armijo is accepted: the step sequential backtracking accepts, in fewer calls)
@@ -374,17 +377,16 @@ def batched_lbfgs(
         s, yv = x_new - x, g_new - g
         sy, yy = (s * yv).sum(1), (yv * yv).sum(1)
         store = accepted & (sy > 1e-10 * yy) & (yy > 0)
-        at = store.nonzero().squeeze(1)
-        S[at, ptr[at]], Y[at, ptr[at]], rho[at, ptr[at]] = s[at], yv[at], 1.0 / sy[at]
+        slot = it % history  # s = y = 0 where no step was accepted: finite, and ρ = 0 masks them
+        S[slot], Y[slot] = s, yv
+        rho[slot] = torch.where(store, 1.0 / torch.where(store, sy, torch.ones_like(sy)), 0.0)
         scale = torch.where(store, sy / torch.where(store, yy, torch.ones_like(yy)), scale)
-        ptr = torch.where(store, (ptr + 1) % history, ptr)
-        count = torch.where(store, (count + 1).clamp_max(history), count)
         # a failed line search: forget the history, or stop when there was none
-        active &= ~(failed & (count == 0))
+        active &= ~(failed & ~has_pairs)
         stalled = (fx - f_new).abs() < tolerance_change
         stalled |= (x_new - x).abs().amax(1) <= tolerance_change
         active &= ~(accepted & stalled)
-        count = torch.where(failed, 0, count)
+        rho = torch.where(failed, 0.0, rho)
         x, fx, g = x_new, f_new, g_new
     return BatchedResult(x.reshape(shape), _finite(fx), evals)
 
@@ -394,33 +396,23 @@ def _two_loop(
     S: torch.Tensor,
     Y: torch.Tensor,
     rho: torch.Tensor,
-    ptr: torch.Tensor,
-    count: torch.Tensor,
+    newest: list[int],
     gamma: torch.Tensor,
 ) -> torch.Tensor:
     """``H g`` by the L-BFGS two-loop recursion (Nocedal & Wright, Alg. 7.4), vectorized over
-    problems: problem ``k``'s j-th newest pair is in ring slot ``ptr[k] − 1 − j`` and ``count[k]``
-    pairs are valid (``ρ = 0`` beyond); ``gamma [K]`` scales the initial ``H₀ = γ I``."""
-    history = S.shape[1]
-    filled = int(count.max()) if count.numel() else 0
-    if filled == 0:
-        return g * gamma[:, None]
-    # the valid pairs newest first, gathered once: [K, filled, n] (and ρ = 0 beyond count)
-    newest = (ptr[:, None] - 1 - torch.arange(filled, device=g.device)) % history  # [K, filled]
-    every = torch.arange(S.shape[0], device=g.device)[:, None]
-    Sn, Yn = S[every, newest], Y[every, newest]
-    valid = torch.arange(filled, device=g.device) < count[:, None]
-    rn = torch.where(valid, rho[every, newest], 0.0)
+    problems: ``S, Y [m, K, n]`` and ``ρ [m, K]`` are slot-major histories, ``newest`` lists their
+    slots newest first, a pair with ``ρ = 0`` is absent for that problem (it changes nothing:
+    ``α = β = 0``), and ``gamma [K]`` scales the initial ``H₀ = γ I``."""
     q = g.clone()
     alphas = []
-    for j in range(filled):
-        a = rn[:, j] * torch.linalg.vecdot(Sn[:, j], q)
-        q.addcmul_(Yn[:, j], a[:, None], value=-1.0)
+    for j in newest:
+        a = rho[j] * torch.linalg.vecdot(S[j], q)
+        q.addcmul_(Y[j], a[:, None], value=-1.0)
         alphas.append(a)
     r = q.mul_(gamma[:, None])
-    for j in reversed(range(filled)):
-        b = rn[:, j] * torch.linalg.vecdot(Yn[:, j], r)
-        r.addcmul_(Sn[:, j], (alphas[j] - b)[:, None])
+    for j, a in zip(reversed(newest), reversed(alphas), strict=True):
+        b = rho[j] * torch.linalg.vecdot(Y[j], r)
+        r.addcmul_(S[j], (a - b)[:, None])
     return r
 
 
