@@ -51,6 +51,7 @@ from bench.attacks.gradient_recovery import MODEL_KIND, common_model, recover_ne
 from bench.attacks.gradients import GradientTarget, architecture, loss_function, server_targets
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.label_counts import infer_label_counts
+from bench.attacks.inversion.regularizers import total_variation
 from bench.data.stacked import counter_hash
 from bench.errors import require_number, require_positive_int
 from bench.registry_utils import require_choice
@@ -71,16 +72,6 @@ BatchedFn = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, to
 
 
 # ------------------------------------------------------------------------------ objective
-def total_variation(x: torch.Tensor) -> torch.Tensor:
-    """Anisotropic TV of images ``[B, C, H, W]`` as in inversefed: mean ``|Δ|`` along W plus
-    mean ``|Δ|`` along H. Zero for inputs that are not images."""
-    if x.dim() != 4:
-        return x.new_zeros(())
-    dx = (x[..., :, :-1] - x[..., :, 1:]).abs().mean()
-    dy = (x[..., :-1, :] - x[..., 1:, :]).abs().mean()
-    return dx + dy
-
-
 def gradient_distance(g: torch.Tensor, target: torch.Tensor, objective: str) -> torch.Tensor:
     """``D(g, target)``: the squared L2 distance ``‖g − target‖²`` (DLG, Zhu et al. 2019, Eq. 4)
     or ``1 − ⟨g, target⟩ / (‖g‖ ‖target‖)`` over the concatenated gradient of all layers

@@ -51,11 +51,11 @@ from bench.attacks.inversion.batched import (
     gradient_distance,
     label_hypotheses,
     problems_fn,
-    total_variation,
     vmap_problems,
 )
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.pdmm_base import PDMMInversion
+from bench.attacks.inversion.regularizers import total_variation
 from bench.attacks.reconstruction.pdmm_observables import Observables, honest_nodes
 from bench.data.stacked import counter_hash
 from bench.errors import require_number, require_positive_int

@@ -30,11 +30,11 @@ from bench.attacks.inversion.batched import (
     build_problems,
     gradient_distance,
     problems_fn,
-    total_variation,
     vmap_problems,
 )
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.pdmm_base import PDMMInversion
+from bench.attacks.inversion.regularizers import total_variation
 from bench.attacks.reconstruction.pdmm_observables import Observables
 from bench.errors import require_positive_int
 from bench.registry_utils import require_choice

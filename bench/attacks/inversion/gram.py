@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.func import vmap
 
+from bench.attacks.inversion.regularizers import total_variation
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn, stackable
 
@@ -210,12 +212,11 @@ def _by_problem(
 
 
 def _total_variation(xp: torch.Tensor, lead: int) -> torch.Tensor:
-    """Per-problem anisotropic TV ``[V, C]`` of inputs ``[V, C, (T,) B, *S]`` (``lead`` = 2 or 3
-    leading dims; summed over terms), zero unless images ``S = (channels, H, W)``; as
-    :func:`~bench.attacks.inversion.batched.total_variation` of each ``[B, *S]``."""
-    if xp.dim() != lead + 4:
-        return xp.new_zeros(xp.shape[:2])
-    dx = (xp[..., :, :-1] - xp[..., :, 1:]).abs().flatten(lead).mean(-1)
-    dy = (xp[..., :-1, :] - xp[..., 1:, :]).abs().flatten(lead).mean(-1)
-    tv = dx + dy
+    """Per-problem TV ``[V, C]`` of inputs ``[V, C, (T,) B, *S]`` (``lead`` = 2 or 3 leading dims;
+    summed over terms): :func:`~bench.attacks.inversion.regularizers.total_variation` of each
+    ``[B, *S]``, vmapped."""
+    per_input = total_variation
+    for _ in range(lead):
+        per_input = vmap(per_input)
+    tv = per_input(xp)
     return tv if lead == 2 else tv.sum(-1)

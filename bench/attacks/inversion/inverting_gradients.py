@@ -76,7 +76,7 @@ class InvertingGradients(Attack):
 
     with the cosine over the concatenated gradient of all layers (inversefed's
     ``cost_fn = "sim"``, ``indices = "def"``, ``weights = "equal"``) and the anisotropic total
-    variation ``TV`` of :func:`~bench.attacks.inversion.batched.total_variation`. As inversefed:
+    variation ``TV`` of :func:`~bench.attacks.inversion.regularizers.total_variation`. As inversefed:
     Adam with step size ``lr = 0.1`` on the *signed* gradient, learning rate ×0.1 at
     ``T // 2.667``, ``T // 1.6`` and ``T // 1.142`` (≈ 3/8, 5/8, 7/8 of the ``T`` iterations),
     after every step ``x`` clamped to the valid normalized range ``[(0 − μ)/σ, (1 − μ)/σ]``

@@ -38,10 +38,10 @@ from bench.attacks.inversion.batched import (
     gradient_distance,
     problems_fn,
     step_decay_milestones,
-    total_variation,
     vmap_problems,
 )
 from bench.attacks.inversion.inverting_gradients import pixel_box
+from bench.attacks.inversion.regularizers import total_variation
 from bench.errors import require_number, require_positive_int
 from bench.registry_utils import require_choice
 from bench.simulation.flat import FlatModel
