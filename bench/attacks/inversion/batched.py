@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch.func import functional_call, grad, grad_and_value, vmap
+from torch.func import grad, grad_and_value, vmap
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.dlg import LABEL_LOSSES, SOURCES, idlg_label
@@ -82,15 +82,25 @@ def gradient_distance(g: torch.Tensor, target: torch.Tensor, objective: str) -> 
     return 1.0 - (g * target).sum() / norms
 
 
+def mean_loss(
+    model: FlatModel, loss_fn: LossFn
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``L(θ; x, y) = mean_b ℓ(f_θ(x_b), y_b)`` on flat parameters ``θ [P]`` (vmappable; the
+    training loss whose gradient every matching objective inverts)."""
+
+    def train_loss(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return loss_fn(model.forward(theta, x), y).mean()
+
+    return train_loss
+
+
 def problem_objective(
     model: FlatModel, loss_fn: LossFn, objective: str = "l2", tv_weight: float = 0.0
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """``F(x [B, ...], y [B], theta [P], target [P]) -> scalar`` for one problem (vmappable)."""
     require_choice(objective, OBJECTIVES, "objective")
 
-    def train_loss(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = functional_call(model.module, model.unflatten(theta), (x,))
-        return loss_fn(out, y).mean()
+    train_loss = mean_loss(model, loss_fn)
 
     def fn(x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         value = gradient_distance(grad(train_loss)(theta, x, y), target, objective)

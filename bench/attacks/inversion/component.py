@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import torch
-from torch.func import functional_call, grad, vmap
+from torch.func import grad, vmap
 
 from bench.attacks.base import ATTACKS, AttackError, Reconstruction
 from bench.attacks.gradients import architecture, loss_function
@@ -50,6 +50,7 @@ from bench.attacks.inversion.batched import (
     BatchedResult,
     gradient_distance,
     label_hypotheses,
+    mean_loss,
     problems_fn,
     vmap_problems,
 )
@@ -104,10 +105,7 @@ def component_fn(
             model, loss_fn, y, theta, target, objective, tv_weight, terms=m, shared_inputs=False
         )
 
-    def train_loss(th: torch.Tensor, x: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
-        return loss_fn(functional_call(model.module, model.unflatten(th), (x,)), yy).mean()
-
-    node_grads = vmap(grad(train_loss))  # over the component's nodes
+    node_grads = vmap(grad(mean_loss(model, loss_fn)))  # over the component's nodes
     node_distance = vmap(lambda a, b: gradient_distance(a, b, objective))
 
     def one(

@@ -19,7 +19,7 @@ every class (every label multiset for ``n_i > 1``) is enumerated and the best fi
 from __future__ import annotations
 
 import torch
-from torch.func import functional_call, grad
+from torch.func import grad
 
 from bench.attacks.base import ATTACKS, Reconstruction
 from bench.attacks.gradients import GradientTarget, architecture, loss_function
@@ -29,6 +29,7 @@ from bench.attacks.inversion.batched import (
     best_per_victim,
     build_problems,
     gradient_distance,
+    mean_loss,
     problems_fn,
     vmap_problems,
 )
@@ -67,8 +68,7 @@ def difference_fn(
         )
     p = target.shape[1]
 
-    def train_loss(theta: torch.Tensor, x: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
-        return loss_fn(functional_call(model.module, model.unflatten(theta), (x,)), yy).mean()
+    train_loss = mean_loss(model, loss_fn)
 
     def one(x: torch.Tensor, yy: torch.Tensor, th: torch.Tensor, tg: torch.Tensor) -> torch.Tensor:
         g = grad(train_loss)(th[p:], x, yy) - grad(train_loss)(th[:p], x, yy)

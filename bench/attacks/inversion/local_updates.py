@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.func import functional_call, grad
+from torch.func import grad
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.dlg import LABEL_LOSSES
@@ -36,6 +36,7 @@ from bench.attacks.inversion.batched import (
     best_per_victim,
     build_problems,
     gradient_distance,
+    mean_loss,
     problems_fn,
     step_decay_milestones,
     vmap_problems,
@@ -133,10 +134,7 @@ def unrolled_update(
     Written with ``torch.func.grad``, so it is differentiable in ``x`` through every step and
     can be ``vmap``ped over problems."""
 
-    def train_loss(th: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        return loss_fn(functional_call(model.module, model.unflatten(th), (xb,)), yb).mean()
-
-    step = grad(train_loss)
+    step = grad(mean_loss(model, loss_fn))
     delta = torch.zeros_like(theta)
     for start, stop in slices:
         delta = delta - lr * step(theta + delta, x[start:stop], y[start:stop])
