@@ -68,12 +68,13 @@ class DistributedDP(PerSampleDP):
         self._scales = None if self._shares is None else self._shares.to(run.device, run.dtype).rsqrt()
         self._fl_participants = run.n_nodes  # the fewest clients seen in one aggregation
 
-    def noise_scale(self, ctx: RoundContext, n: int) -> float | torch.Tensor:
+    def noise_scale(self, ctx: RoundContext, n: int, device: torch.device) -> float | torch.Tensor:
         if self._scales is None:  # federated: the n rows are the sampled clients
             self._fl_participants = min(self._fl_participants, n)
             return 1.0 / math.sqrt(n)
-        scales = self._scales.to(self.run.device) if self._scales.device != self.run.device else self._scales
-        return scales if ctx.nodes is None else scales[ctx.nodes]
+        if self._scales.device != device:
+            self._scales = self._scales.to(device)
+        return self._scales if ctx.nodes is None else self._scales[ctx.nodes]
 
     def shares(self) -> torch.Tensor:
         """``m_v`` ``[N]``: participants each node's noise share is sized for."""

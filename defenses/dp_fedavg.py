@@ -112,5 +112,6 @@ class DPFedAvg(DPDefense):
         return {
             "mechanism": "client updates clipped to clip_norm, noise N(0, (sigma S / k)^2) on their mean",
             "clip_norm": self.clip_norm,
+            "sampling": "the protocol's client sampling: k = ceil(client_fraction N) clients, rate k/N",
             **self.budget_knowledge(),
         }

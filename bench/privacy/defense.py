@@ -124,8 +124,9 @@ class PerSampleDP(DPDefense):
         self._noise_gen = self._sample_gen = None
         self.solve_sigma(plan.groups(self._rates, self._planned))
 
-    def noise_scale(self, ctx: RoundContext, n: int) -> float | torch.Tensor:
-        """``s_v`` of the rows of a call (a number or ``[n]``): the node's noise std is ``s_v σ C``."""
+    def noise_scale(self, ctx: RoundContext, n: int, device: torch.device) -> float | torch.Tensor:
+        """``s_v`` of the ``n`` rows of a call (a number, or ``[n]`` on ``device``): the node's
+        noise std is ``s_v σ C``."""
         return 1.0
 
     # -------------------------------------------------------------------------------- hooks
@@ -157,7 +158,7 @@ class PerSampleDP(DPDefense):
             return total / divisors[:, None]
         if self._noise_gen is None or self._noise_gen.device != device:
             self._noise_gen = self.generator(f"{self.TAG}:noise", device)
-        scale = self.noise_scale(ctx, total.shape[0])
+        scale = self.noise_scale(ctx, total.shape[0], device)
         std = self.sigma * self.clip_norm * scale  # a number, or [n] per node
         return add_parameter_noise(total, std, self.run.param_sizes, self._noise_gen).div_(divisors[:, None])
 
