@@ -194,3 +194,21 @@ def test_input_mse_exact_recovery_and_prior():
     assert 0 < metric.leakage(some) < 1
     nan = metric.compute(pairs(torch.full_like(x, math.nan), x)[0], truths, info)
     assert metric.leakage(nan) == 0.0
+
+
+def test_input_mse_scores_a_diverged_victim_as_the_prior_guess_not_the_whole_job_as_zero():
+    """One non-finite estimate among exact ones used to make the mean NaN and the leakage 0 —
+    a perfect privacy score for a defense that only made the estimator fail on one victim."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(8, 2, generator=g, dtype=torch.float64) + 1.0
+    info = DataInfo(mean=(0.0,), std=(1.0,), n_classes=2, prior_x=x.mean(0), is_image=False)
+    metric = build_metric("input_mse")
+    x_hat = x.clone()
+    x_hat[3, 0] = math.inf
+    x_hat[5, 1] = math.nan
+    recs, truths = pairs(x_hat, x)
+    values = metric.compute(recs, truths, info)
+    assert values["non_finite"] == 2.0
+    expected = float(((info.prior_x - x[[3, 5]]).pow(2).sum(1)).sum() / 8)
+    assert values["mse"] == pytest.approx(expected)
+    assert 0.5 < metric.leakage(values) < 1.0

@@ -74,7 +74,11 @@ class InputMSE(Metric):
     * ``mse`` = mean over samples of ``‖x̂_j − x_j‖²`` (the headline),
     * ``l2_error`` = mean of ``‖x̂_j − x_j‖`` (the paper's ``(1/n) Σ ‖x̂ − x‖₂``),
     * ``rel_error`` = mean of ``‖x̂_j − x_j‖ / ‖x_j‖``,
-    * ``baseline`` = mean of ``‖x̄ − x_j‖²`` for the data-independent guess ``x̄ = info.prior_x``.
+    * ``baseline`` = mean of ``‖x̄ − x_j‖²`` for the data-independent guess ``x̄ = info.prior_x``;
+    * ``non_finite`` = the samples whose estimate has a NaN or infinite entry. Such an estimate
+      is scored as the guess ``x̄`` — an attacker whose estimator fails on one victim still has
+      the prior — so one diverged victim cannot turn the whole job's mean into NaN and its
+      leakage into 0 (which would hand a defense a perfect privacy score).
 
     Leakage
     -------
@@ -86,9 +90,13 @@ class InputMSE(Metric):
         check_pairs(recs, truths)
         sq, l2, rel, base = [], [], [], []
         prior = info.prior_x.detach().to("cpu", torch.float64).reshape(1, -1)
+        failed = 0
         for rec, truth in zip(recs, truths, strict=True):
             x_hat, x = inputs_of(rec, truth)
             x_hat, x = x_hat.reshape(x.shape[0], -1), x.reshape(x.shape[0], -1)
+            bad = ~torch.isfinite(x_hat).all(dim=1, keepdim=True)
+            failed += int(bad.sum())
+            x_hat = torch.where(bad, prior.expand_as(x_hat), x_hat)
             err = (x_hat - x).norm(dim=1)
             sq.append(err**2)
             l2.append(err)
@@ -102,6 +110,7 @@ class InputMSE(Metric):
             "rel_error": float(torch.cat(rel).mean()),
             "baseline": float(torch.cat(base).mean()),
             "n_samples": float(sum(len(s) for s in sq)),
+            "non_finite": float(failed),
         }
 
     def leakage(self, values: dict[str, float]) -> float:
