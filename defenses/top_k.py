@@ -110,6 +110,7 @@ class TopK(RowwiseDefense):
             "k": self.k,
             "fraction": self.fraction,
             "rule": "per row: keep the k largest |x_j| (k = ceil(fraction * P)), zero the others",
+            "sparsified": True,
             "accumulate": self.accumulate,
             **self.target_knowledge(),
         }

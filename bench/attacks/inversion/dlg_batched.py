@@ -8,9 +8,12 @@ Each problem is ``min_x ‖∇_θ L(θ; x, y_h) − g‖²`` for an observed gra
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
 from bench.attacks.gradients import flat_model, input_shape, loss_function, loss_name
-from bench.attacks.inversion.matching import matching_fn
+from bench.attacks.inversion.adaptive import matching_adaptation
+from bench.attacks.inversion.matching import MATCHES, OBJECTIVES, matching_fn
 from bench.attacks.inversion.optimizers import OPTIMIZERS, batched_adam, batched_lbfgs
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, Problems, best_per_victim, build_problems
 from bench.attacks.targets import SOURCES, gradient_targets, source_kinds, source_rounds
@@ -56,6 +59,11 @@ class BatchedDLG(Attack):
         ``"lbfgs"`` (per-problem batched L-BFGS, ``history`` pairs) or ``"adam"`` (``lr``).
     lr:
         Adam's step size (ignored by L-BFGS, whose line search starts at 1).
+    objective:
+        ``"l2"`` (DLG) or ``"cosine"`` (direction only; the adaptive variant against clipping).
+    match:
+        ``"all"`` coordinates, or ``"kept"``: only where the observed gradient is non-zero (the
+        adaptive variant against sparsification; :mod:`bench.attacks.inversion.adaptive`).
 
     Extra
     -----
@@ -65,7 +73,6 @@ class BatchedDLG(Attack):
 
     threats = ("server", "eavesdropper", "neighbors")
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
-    objective = "l2"
 
     def __init__(
         self,
@@ -79,8 +86,12 @@ class BatchedDLG(Attack):
         history: int = 100,
         init_scale: float = 1.0,
         batch_size: int = 1,
+        objective: str = "l2",
+        match: str = "all",
         seed: int = 0,
     ) -> None:
+        self.objective = require_choice(objective, OBJECTIVES, "attack.objective")
+        self.match = require_choice(match, MATCHES, "attack.match")
         self.rounds = [int(t) for t in rounds]
         self.source = require_choice(source, SOURCES, "attack.source")
         self.restarts = require_positive_int(restarts, "attack.restarts")
@@ -92,6 +103,11 @@ class BatchedDLG(Attack):
         self.init_scale = require_number(init_scale, "attack.init_scale")
         self.batch_size = require_positive_int(batch_size, "attack.batch_size")
         self.seed = int(seed)
+
+    def adapt(self, defense: str, knowledge: dict[str, Any]) -> dict[str, Any] | None:
+        """Match the kept coordinates of a sparsified gradient, directions of a clipped one
+        (:func:`~bench.attacks.inversion.adaptive.matching_adaptation`)."""
+        return matching_adaptation(knowledge, self.objective)
 
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
@@ -108,7 +124,9 @@ class BatchedDLG(Attack):
 
     def run(self, view: View) -> list[Reconstruction]:
         probs, model, loss_fn = self.problems(view)
-        fn = matching_fn(model, loss_fn, probs.y, probs.theta, probs.grad, self.objective)
+        fn = matching_fn(
+            model, loss_fn, probs.y, probs.theta, probs.grad, self.objective, kept_only=self.match == "kept"
+        )
         if self.optimizer == "lbfgs":
             result = batched_lbfgs(fn, probs.x0, self.iterations, history=self.history)
         else:

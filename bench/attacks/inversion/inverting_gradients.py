@@ -6,7 +6,8 @@ from typing import Any
 
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
 from bench.attacks.gradients import architecture, flat_model, input_shape, loss_function, loss_name
-from bench.attacks.inversion.matching import matching_fn
+from bench.attacks.inversion.adaptive import matching_adaptation
+from bench.attacks.inversion.matching import MATCHES, matching_fn
 from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
 from bench.attacks.inversion.regularizers import pixel_box
@@ -58,7 +59,7 @@ class InvertingGradients(Attack):
         Per-channel normalization constants of the inputs (public data statistics) for the
         box; ``None`` reads ``architecture["normalization"] = (mean, std)`` from the view's
         knowledge. Without them the attack refuses to run boxed; ``boxed = False`` drops the box.
-    labels, rounds, source, batch_size, seed:
+    labels, rounds, source, batch_size, match, seed:
         As :class:`~bench.attacks.inversion.dlg_batched.BatchedDLG`.
     """
 
@@ -81,8 +82,10 @@ class InvertingGradients(Attack):
         std: list[float] | float | None = None,
         labels: str = "auto",
         batch_size: int = 1,
+        match: str = "all",
         seed: int = 0,
     ) -> None:
+        self.match = require_choice(match, MATCHES, "attack.match")
         self.rounds = [int(t) for t in rounds]
         self.source = require_choice(source, SOURCES, "attack.source")
         self.preset = require_choice(preset, tuple(PRESETS), "attack.preset")
@@ -103,6 +106,11 @@ class InvertingGradients(Attack):
         self.batch_size = require_positive_int(batch_size, "attack.batch_size")
         self.seed = int(seed)
 
+    def adapt(self, defense: str, knowledge: dict[str, Any]) -> dict[str, Any] | None:
+        """Against sparsification, match the kept coordinates only (the cosine objective is
+        already blind to clipping's rescaling; :mod:`bench.attacks.inversion.adaptive`)."""
+        return matching_adaptation(knowledge, "cosine")
+
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
 
@@ -114,7 +122,14 @@ class InvertingGradients(Attack):
             targets, model, loss_name(view), shape, self.batch_size, self.restarts, self.labels, self.seed
         )
         fn = matching_fn(
-            model, loss_function(view), probs.y, probs.theta, probs.grad, "cosine", self.tv_weight
+            model,
+            loss_function(view),
+            probs.y,
+            probs.theta,
+            probs.grad,
+            "cosine",
+            self.tv_weight,
+            kept_only=self.match == "kept",
         )
         bounds = None
         if self.boxed:

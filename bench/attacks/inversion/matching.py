@@ -37,6 +37,8 @@ from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 
 OBJECTIVES = ("l2", "cosine")
+#: which coordinates of the observed gradient are matched: all, or the non-zero ones
+MATCHES = ("all", "kept")
 MATCHING_METHODS = ("auto", "vmap", "gram")
 
 #: ``fn(x [K', ...], idx [K'] or None) -> (values [K'], grads [K', ...])`` for the problems ``idx``
@@ -78,15 +80,23 @@ def mean_loss(
 
 
 def problem_objective(
-    model: FlatModel, loss_fn: LossFn, objective: str = "l2", tv_weight: float = 0.0
+    model: FlatModel, loss_fn: LossFn, objective: str = "l2", tv_weight: float = 0.0, kept_only: bool = False
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``F(x [B, ...], y [B], theta [P], target [P]) -> scalar`` for one problem (vmappable)."""
+    """``F(x [B, ...], y [B], theta [P], target [P]) -> scalar`` for one problem (vmappable).
+
+    ``kept_only``: match on the coordinates the observed gradient kept only,
+    ``D(m ⊙ ∇_θ L, g)`` with ``m = [g ≠ 0]`` — the defense-aware objective against
+    sparsification (top-k pruning, which Zhu et al. 2019 §5 evaluate): a zeroed coordinate says
+    nothing about ``x`` except that it was small, so it is not matched."""
     require_choice(objective, OBJECTIVES, "objective")
 
     train_loss = mean_loss(model, loss_fn)
 
     def fn(x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return regularized_distance(grad(train_loss)(theta, x, y), target, x, objective, tv_weight)
+        g = grad(train_loss)(theta, x, y)
+        if kept_only:
+            g = torch.where(target != 0, g, torch.zeros_like(g))
+        return regularized_distance(g, target, x, objective, tv_weight)
 
     return fn
 
@@ -177,6 +187,7 @@ def matching_fn(
     objective: str = "l2",
     tv_weight: float = 0.0,
     method: str = "auto",
+    kept_only: bool = False,
 ) -> BatchedFn:
     """The :data:`BatchedFn` of the K matching problems ``(y, theta, target)``.
 
@@ -184,9 +195,12 @@ def matching_fn(
     ``"gram"`` (:class:`~bench.attacks.inversion.gram.GramMatching`: the rank-one expansion
     of Linear-layer gradients, no per-problem gradient is formed; Sequential MLPs only) or
     ``"auto"`` (``gram`` where it applies). Both compute the same objective and gradient.
+    ``kept_only`` (:func:`problem_objective`) needs the per-problem gradient, so it is always
+    ``vmap``.
     """
     require_choice(method, MATCHING_METHODS, "matching method")
-    if method == "gram" or (method == "auto" and gram_applicable(model)):
+    if not kept_only and (method == "gram" or (method == "auto" and gram_applicable(model))):
         return GramMatching(model, loss_fn, y, theta, target, objective, tv_weight)
-    batched = vmap_problems(problem_objective(model, loss_fn, objective, tv_weight), target.shape[-1], target)
+    fn = problem_objective(model, loss_fn, objective, tv_weight, kept_only)
+    batched = vmap_problems(fn, target.shape[-1], target)
     return problems_fn(batched, y, theta, target)
