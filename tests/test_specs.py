@@ -84,6 +84,7 @@ def test_read_yaml_names_the_file_and_the_problem(tmp_path):
                 "dlg_batched",
                 "inverting_gradients",
                 "pdmm_analytic_logreg",
+                "pdmm_analytic_first_layer",
                 "pdmm_difference_inversion",
                 "pdmm_noisy_gradient_inversion",
                 "pdmm_sum_inversion",

@@ -1,7 +1,14 @@
 """Attacks: each module registers one attack in :data:`ATTACKS`; importing the package
 registers them all."""
 
-from bench.attacks import analytic, dlg, gradient_recovery, inversion, pdmm_analytic  # noqa: F401  (registration)
+from bench.attacks import (  # noqa: F401  (registration)
+    analytic,
+    dlg,
+    gradient_recovery,
+    inversion,
+    pdmm_analytic,
+    pdmm_first_layer,
+)
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 
 __all__ = ["ATTACKS", "Attack", "AttackError", "Reconstruction", "Requirement", "build_attack"]

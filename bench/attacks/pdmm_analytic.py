@@ -128,17 +128,22 @@ class PDMMAnalyticLogReg(Attack):
         ``alpha``)."""
         return {"combine": "rank1", **(inexact_adaptation(knowledge) or {})}
 
-    def run(self, view: View) -> list[Reconstruction]:
+    def layer(self, view: View) -> tuple[int, int]:
+        """``(d, h)``: the inputs and units of the layer whose gradient rows give ``x``; here the
+        single Linear layer of a binary logistic regression (``h = 1``)."""
         slots = flat_model(view).slots
         if len(slots) != 2 or slots[0].shape[0] != 1 or slots[1].shape != (1,):
             raise AttackError(
                 "pdmm_analytic_logreg needs a binary logistic regression (one Linear layer, 1 logit)"
             )
+        return slots[0].numel, 1
+
+    def run(self, view: View) -> list[Reconstruction]:
+        d, h = self.layer(view)
         shape = input_shape(view)
         solver = assumed_solver(view, self.assume)
         obs = PDMMObservables(view, solver=solver, mu=self.mu, k_max=self.k_max, alpha=self.alpha)
         dg, _, _ = obs.gradient_differences(self.lag, self.estimator, anchor=self.anchor)
-        d = slots[0].numel
         honest = honest_nodes(view)
         for k in self.rounds:
             if not 0 <= k < dg.shape[0]:
@@ -146,8 +151,9 @@ class PDMMAnalyticLogReg(Attack):
         if self.combine == "rank1":
             k0 = min(self.rounds)
             g, _ = obs.noisy_gradients(self.anchor)
-            g = g[k0 : k0 + self.window + self.lag, honest, : d + 1]
-            v = rank_one_direction(g - g.mean(0, keepdim=True))
+            rows = unit_rows(g[k0 : k0 + self.window + self.lag, honest], d, h)  # [K, n, h, d + 1]
+            rows = rows - rows.mean(0, keepdim=True)  # each unit's z⁽⁰⁾ term cancels over rounds
+            v = rank_one_direction(rows.transpose(1, 2).reshape(-1, len(honest), d + 1))
             ratio = v[:, :d] / v[:, d : d + 1]
             return [
                 Reconstruction(
@@ -160,7 +166,21 @@ class PDMMAnalyticLogReg(Attack):
             ]
         out = []
         for k in self.rounds:
-            ratio = dg[k, honest, :d] / dg[k, honest, d : d + 1]
-            for node, x in zip(honest, ratio, strict=True):
+            for node, x in zip(honest, unit_ratio(unit_rows(dg[k, honest], d, h)), strict=True):
                 out.append(Reconstruction(node=node, round=k, x=x.reshape(1, *shape)))
         return out
+
+
+def unit_rows(g: torch.Tensor, d: int, h: int) -> torch.Tensor:
+    """``[..., h, d + 1]``: the rows ``(∇W_j, ∇b_j)`` of a Linear layer of ``h`` units on ``d``
+    inputs, read from flat gradients ``g [..., P]`` whose first ``h d + h`` entries are that
+    layer's weight (row-major) and bias."""
+    w = g[..., : h * d].reshape(*g.shape[:-1], h, d)
+    return torch.cat([w, g[..., h * d : h * d + h, None]], dim=-1)
+
+
+def unit_ratio(rows: torch.Tensor) -> torch.Tensor:
+    """``[..., d]``: the least-squares ``x̂`` of ``(∇W_j, ∇b_j) = δ_j (x, 1)`` over the units ``j``,
+    ``x̂ = Σ_j ∇b_j ∇W_j / Σ_j ∇b_j²`` (``∇W / ∇b`` for one unit)."""
+    w, b = rows[..., :-1], rows[..., -1:]
+    return (b * w).sum(-2) / b.pow(2).sum(-2)
