@@ -12,7 +12,7 @@ from torch import nn
 from bench.errors import BenchInputError
 from bench.membership.lira import half_splits, lira_offline, lira_online
 from bench.membership.metrics import membership_metrics
-from bench.membership.rmia import marginal_offline, rmia_scores, rmia_scores_pairwise
+from bench.membership.rmia import A_GRID, marginal_offline, rmia_scores, rmia_scores_pairwise, tune_offline_a
 from bench.membership.signals import signal
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import NodeObjective
@@ -192,3 +192,20 @@ def test_rmia_beats_the_loss_attack_in_auc_on_an_overfit_model(overfit_runs, see
     res = _attacks(*overfit_runs[seed])
     assert res["rmia_offline"]["auc"] > res["loss"]["auc"] + 0.03, res
     assert res["rmia_online"]["auc"] > res["loss"]["auc"] + 0.03, res
+
+
+def test_tune_offline_a_picks_the_grid_value_with_the_best_stand_in_auc(overfit_runs):
+    sig, masks, n = overfit_runs[0]
+    conf = sig["confidence"][1:]  # reference models only: the target is never used
+    a, auc = tune_offline_a(conf[:, :n], conf[:, n:], masks[1:], stand_in=0)
+    others = slice(1, None)
+    by_hand = {
+        g: membership_metrics(
+            rmia_scores(conf[0, :n], conf[others, :n], conf[0, n:], conf[others, n:], masks[2:], a=g),
+            masks[1],
+        )["auc"]
+        for g in A_GRID
+    }
+    assert a in A_GRID and auc == pytest.approx(max(by_hand.values()))
+    assert by_hand[a] == pytest.approx(auc)
+    assert auc > 0.6

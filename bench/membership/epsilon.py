@@ -12,10 +12,10 @@ If a mechanism is (ε, δ)-differentially private, every test that tells "member
 
 To make this a statement at confidence ``1 − α`` the rates are replaced by their
 **Clopper–Pearson upper bounds** (Jagielski et al. 2020, their ε-estimation procedure; Nasr et
-al. 2021, the same estimate for every adversary they instantiate): for ``k`` errors out of ``n`` trials,
-``hi(k, n) = Beta⁻¹(1 − α/2; k + 1, n − k)`` (the upper
-end of the two-sided exact interval at level ``1 − α``, ``= 1`` when ``k = n``; ``scipy.stats.beta``),
-with ``FPR_hi = hi(FP, N)`` over the ``N`` non-members and ``FNR_hi = hi(P − TP, P)`` over the ``P``
+al. 2021, the same estimate for every adversary they instantiate): for ``k`` errors out of ``n``
+trials, ``hi(k, n) = Beta⁻¹(1 − α/2; k + 1, n − k)``, the upper end of the two-sided exact
+interval at level ``1 − α`` (``= 1`` when ``k = n``; ``scipy.stats.beta``), with
+``FPR_hi = hi(FP, N)`` over the ``N`` non-members and ``FNR_hi = hi(P − TP, P)`` over the ``P``
 members. Implemented, per threshold ``t`` of the attack:
 
     ε_lb(t) = max( log((1 − δ − FPR_hi) / FNR_hi), log((1 − δ − FNR_hi) / FPR_hi) ),

@@ -34,6 +34,10 @@ from __future__ import annotations
 import torch
 
 from bench.errors import BenchInputError
+from bench.membership.roc import auroc
+
+#: the grid ml_privacy_meter searches for ``a``
+A_GRID = tuple(i / 10 for i in range(11))
 
 
 def _check_a(a: float) -> float:
@@ -99,3 +103,39 @@ def rmia_scores_pairwise(
     marginals; a reference for tests and small inputs."""
     lr = (target_x / pr_x).unsqueeze(1) / (target_z / pr_z).unsqueeze(0)
     return (lr > gamma).to(target_x.dtype).mean(1)
+
+
+def tune_offline_a(
+    ref_x: torch.Tensor,
+    ref_z: torch.Tensor,
+    reference_in: torch.Tensor,
+    stand_in: int = 0,
+    grid: tuple[float, ...] = A_GRID,
+    gamma: float = 1.0,
+) -> tuple[float, float]:
+    """The offline ``a`` chosen without the target: reference model ``stand_in`` plays the target
+    and the other reference models attack it; returns the ``a`` of ``grid`` with the highest AUC
+    on the stand-in's known membership (first of equal maxima) and that AUC (the procedure of
+    ml_privacy_meter's ``tune_offline_a``, which pairs each target with one stand-in model)."""
+    k = ref_x.shape[0]
+    if not 0 <= stand_in < k or k < 2:
+        raise BenchInputError(
+            "stand_in", stand_in, reason=f"need 2 or more reference models and 0 ≤ stand_in < {k}"
+        )
+    others = [i for i in range(k) if i != stand_in]
+    members = reference_in[stand_in].bool()
+    best_a, best_auc = grid[0], -1.0
+    for a in grid:  # a handful of candidates; each evaluation is vectorized over samples
+        scores = rmia_scores(
+            ref_x[stand_in],
+            ref_x[others],
+            ref_z[stand_in],
+            ref_z[others],
+            reference_in[others],
+            a=a,
+            gamma=gamma,
+        )
+        auc = auroc(scores, members)
+        if auc > best_auc:
+            best_a, best_auc = float(a), auc
+    return best_a, best_auc
