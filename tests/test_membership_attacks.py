@@ -209,3 +209,13 @@ def test_tune_offline_a_picks_the_grid_value_with_the_best_stand_in_auc(overfit_
     assert a in A_GRID and auc == pytest.approx(max(by_hand.values()))
     assert by_hand[a] == pytest.approx(auc)
     assert auc > 0.6
+
+
+def test_lira_scores_several_targets_at_once_like_one_by_one():
+    target, ref, ref_in, _ = _synthetic(0, n=50)
+    targets = torch.stack([target, target.flip(0), 2 * target])
+    for fn in (lira_online, lira_offline):
+        together = fn(targets, ref, ref_in)
+        assert together.shape == (3, 50)
+        for t in range(3):
+            torch.testing.assert_close(together[t], fn(targets[t], ref, ref_in))

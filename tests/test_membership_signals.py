@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from bench.errors import BenchInputError
 from bench.membership.signals import (
     MEMBER_SIGN,
     SIGNALS,
@@ -17,6 +18,7 @@ from bench.membership.signals import (
     membership_score,
     mentr_from_logits,
     signal,
+    stacked_logits,
 )
 from bench.simulation.flat import FlatModel
 
@@ -114,3 +116,15 @@ def test_one_logit_models_read_as_two_class_logits():
     torch.testing.assert_close(signal("grad_norm", model, theta, x, y)[0].shape, torch.Size([6]))
     # φ for y = 1 is the logit itself: log σ(s) − log(1 − σ(s)) = s
     torch.testing.assert_close(signal("logit_confidence", model, theta, x, y)[0][y == 1], s[y == 1])
+
+
+def test_stacked_and_vmap_logits_agree_float64():
+    model = _model()
+    theta = torch.stack([model.initial(5, torch.float64), model.initial(6, torch.float64)])
+    x = torch.randn(7, 5, dtype=torch.float64)
+    torch.testing.assert_close(
+        stacked_logits(model, theta, x, vectorize="stacked"),
+        stacked_logits(model, theta, x, vectorize="vmap"),
+    )
+    with pytest.raises(BenchInputError):
+        stacked_logits(model, theta, x, vectorize="loop")

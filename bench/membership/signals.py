@@ -3,7 +3,8 @@
 
 All signals come from the logits ``z = f_θ(x)`` of the ``M`` stacked models, evaluated with one
 ``torch.func.vmap`` over :meth:`~bench.simulation.flat.FlatModel.forward` (``functional_call``
-on the named views of each flat row); no Python loop over models or samples. A model with one
+on the named views of each flat row), or for Sequential MLPs with the engine's batched matrix
+products (:func:`stacked_logits`); no Python loop over models or samples. A model with one
 output logit ``s`` (binary classification) is read as the two-class logits ``(0, s)``.
 
 Signals (raw values; :data:`MEMBER_SIGN` orients them so that larger means "member"):
@@ -36,8 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
+from bench.errors import BenchInputError
 from bench.registry import Registry
 from bench.simulation.flat import FlatModel
+from bench.simulation.objective import VECTORIZE, stackable, stacked_forward
 
 SignalFn = Callable[..., torch.Tensor]
 SIGNALS: Registry = Registry("signal")
@@ -52,10 +55,22 @@ MEMBER_SIGN: dict[str, float] = {
 }
 
 
-def stacked_logits(model: FlatModel, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def stacked_logits(
+    model: FlatModel, theta: torch.Tensor, x: torch.Tensor, vectorize: str = "auto"
+) -> torch.Tensor:
     """Logits ``[M, N, C]`` of the ``M`` models ``theta [M, P]`` on the shared inputs ``x [N, ...]``
-    (one output ``s`` becomes the two-class logits ``(0, s)``)."""
-    out = vmap(model.forward, in_dims=(0, None))(theta, x)
+    (one output ``s`` becomes the two-class logits ``(0, s)``).
+
+    ``vectorize``: ``"vmap"`` (any buffer-free module), ``"stacked"`` (the batched matrix
+    products of ``bench.simulation.objective.stacked_forward`` for Sequential MLPs, without
+    vmap's per-operator overhead) or ``"auto"`` (stacked where the architecture allows)."""
+    if vectorize not in VECTORIZE:
+        raise BenchInputError("vectorize", vectorize, choices=VECTORIZE)
+    use_stacked = vectorize == "stacked" or (vectorize == "auto" and stackable(model.module))
+    if use_stacked:
+        out = stacked_forward(model.module, model.unflatten(theta), x.expand(theta.shape[0], *x.shape))
+    else:
+        out = vmap(model.forward, in_dims=(0, None))(theta, x)
     if out.shape[-1] == 1:
         out = torch.cat([torch.zeros_like(out), out], dim=-1)
     return out
