@@ -95,13 +95,15 @@ def test_vectorized_signals_equal_a_per_sample_loop_for_two_stacked_models_float
         torch.testing.assert_close(membership_score(name, model, theta, x, y), MEMBER_SIGN[name] * ref[name])
 
 
-def test_grad_norm_chunked_equals_unchunked():
+def test_grad_norm_chunked_and_stacked_paths_equal_the_vmap_path():
     model = _model()
     theta = torch.stack([model.initial(3, torch.float64), model.initial(4, torch.float64)])
     x = torch.randn(10, 5, dtype=torch.float64)
     y = torch.randint(0, 4, (10,))
     fn = SIGNALS.get("grad_norm")
-    torch.testing.assert_close(fn(model, theta, x, y, chunk_size=3), fn(model, theta, x, y))
+    vmapped = fn(model, theta, x, y, vectorize="vmap")
+    torch.testing.assert_close(fn(model, theta, x, y, chunk_size=3, vectorize="vmap"), vmapped)
+    torch.testing.assert_close(fn(model, theta, x, y, vectorize="stacked"), vmapped)
 
 
 def test_one_logit_models_read_as_two_class_logits():
@@ -113,7 +115,11 @@ def test_one_logit_models_read_as_two_class_logits():
     s = model.forward(theta[0], x).squeeze(-1)
     bce = nn.functional.binary_cross_entropy_with_logits(s, y.double(), reduction="none")
     torch.testing.assert_close(signal("loss", model, theta, x, y)[0], bce)
-    torch.testing.assert_close(signal("grad_norm", model, theta, x, y)[0].shape, torch.Size([6]))
+    fn = SIGNALS.get("grad_norm")
+    torch.testing.assert_close(fn(model, theta, x, y), fn(model, theta, x, y, vectorize="vmap"))
+    # logistic regression: ‖∇ℓ‖ = |σ(s) − y| · ‖(x, 1)‖
+    by_hand = (torch.sigmoid(s) - y).abs() * torch.sqrt((x * x).sum(1) + 1)
+    torch.testing.assert_close(fn(model, theta, x, y)[0], by_hand)
     # φ for y = 1 is the logit itself: log σ(s) − log(1 − σ(s)) = s
     torch.testing.assert_close(signal("logit_confidence", model, theta, x, y)[0][y == 1], s[y == 1])
 

@@ -41,6 +41,7 @@ from bench.errors import BenchInputError
 from bench.registry import Registry
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import VECTORIZE, stackable, stacked_forward
+from bench.simulation.per_sample import stacked_weighted_sum
 
 SignalFn = Callable[..., torch.Tensor]
 SIGNALS: Registry = Registry("signal")
@@ -157,11 +158,19 @@ def grad_norm(
     x: torch.Tensor,
     y: torch.Tensor,
     chunk_size: int | None = None,
+    vectorize: str = "auto",
 ) -> torch.Tensor:
     """Per-sample gradient norms ``[M, N]`` of the cross-entropy with respect to all parameters.
 
-    ``chunk_size`` bounds how many samples' gradients ``vmap`` materializes at once (each is a
-    ``[P]`` vector per model); ``None`` does all ``N`` together."""
+    ``vectorize="vmap"``: ``vmap`` over models of ``vmap`` over samples of ``grad``;
+    ``chunk_size`` bounds how many samples' gradients it materializes at once (each a ``[P]``
+    vector per model; ``None``: all ``N`` together). ``"stacked"`` (``"auto"`` for Sequential
+    MLPs): the norms ``‖g_j‖² = Σ_l ‖δ_lj‖² (‖a_lj‖² + 1_bias)`` of
+    ``bench.simulation.per_sample`` from one reverse pass, no per-sample gradient formed."""
+    if vectorize not in VECTORIZE:
+        raise BenchInputError("vectorize", vectorize, choices=VECTORIZE)
+    if vectorize == "stacked" or (vectorize == "auto" and stackable(model.module)):
+        return _stacked_grad_norm(model, theta, x, y)
     module = model.module
 
     def sample_loss(params: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
@@ -177,6 +186,31 @@ def grad_norm(
     per_model = vmap(vmap(sample_norm, in_dims=(None, 0, 0), chunk_size=chunk_size), in_dims=(0, None, None))
     with torch.enable_grad():
         return per_model(model.unflatten(theta.detach()), x, y).detach()
+
+
+def _two_class_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if out.shape[-1] == 1:
+        return F.binary_cross_entropy_with_logits(out.squeeze(-1), y.to(out.dtype), reduction="none")
+    return F.cross_entropy(out, y, reduction="none")
+
+
+def _stacked_grad_norm(
+    model: FlatModel, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    m, n = theta.shape[0], x.shape[0]
+    norms: list[torch.Tensor] = []
+
+    def keep(norm: torch.Tensor) -> torch.Tensor:
+        # the engine's ghost-norm routine reports ‖g_j‖ through its weighting callback; the
+        # zero-weighted sum it then forms costs one small matrix product per layer
+        norms.append(norm)
+        return torch.zeros_like(norm)
+
+    ones = torch.ones(m, n, dtype=torch.bool, device=x.device)
+    stacked_weighted_sum(
+        model, _two_class_cross_entropy, theta.detach(), x.expand(m, *x.shape), y.expand(m, n), ones, keep
+    )
+    return norms[0].detach()
 
 
 def signal(
