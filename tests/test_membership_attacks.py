@@ -14,6 +14,7 @@ from bench.membership.lira import half_splits, lira_offline, lira_online
 from bench.membership.metrics import membership_metrics
 from bench.membership.rmia import A_GRID, marginal_offline, rmia_scores, rmia_scores_pairwise, tune_offline_a
 from bench.membership.signals import signal
+from bench.membership.thresholds import threshold_attack
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import NodeObjective
 
@@ -158,7 +159,7 @@ def overfit_runs():
     runs = {}
     for seed in SEEDS:
         model, theta, x, y, masks = _train_stacked(seed, k + 1, n, n_pop)
-        sig = {s: signal(s, model, theta, x, y) for s in ("loss", "logit_confidence", "confidence")}
+        sig = {s: signal(s, model, theta, x, y) for s in ("loss", "mentr", "logit_confidence", "confidence")}
         runs[seed] = (sig, masks, n)
     return runs
 
@@ -219,3 +220,18 @@ def test_lira_scores_several_targets_at_once_like_one_by_one():
         assert together.shape == (3, 50)
         for t in range(3):
             torch.testing.assert_close(together[t], fn(targets[t], ref, ref_in))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mentr_threshold_calibrated_on_the_attackers_own_model_nears_the_oracle(overfit_runs, seed):
+    """Pasquini et al.'s Mentr attack: the oracle threshold (labels of the evaluated sets) against
+    a threshold the attacker calibrates on a reference model whose membership it knows."""
+    sig, masks, n = overfit_runs[seed]
+    scores = -sig["mentr"][:, :n]  # low modified entropy = member
+    oracle = threshold_attack(scores[0], masks[0])
+    calibrated = threshold_attack(
+        scores[0], masks[0], calibration_scores=scores[1], calibration_members=masks[1]
+    )
+    assert oracle.rule == "oracle" and calibrated.rule == "calibrated"
+    assert oracle.advantage >= calibrated.advantage > oracle.advantage - 0.03, (oracle, calibrated)
+    assert calibrated.advantage > 0.1
