@@ -71,7 +71,9 @@ def rmia_scores(
     ``target_x [N]``, ``ref_x [K, N]``: ``Pr(x|θ)`` of the target and reference models on the
     evaluated samples; ``target_z [Z]``, ``ref_z [K, Z]`` on the population samples;
     ``reference_in [K, N]``: which reference models trained on which ``x`` (``None``: none).
-    ``online``: ``Pr(x)`` is the mean over all reference models instead of the offline form."""
+    ``a``: the offline interpolation (``a = 1``: ``Pr_IN = Pr_OUT``, the neutral default; the
+    paper and ml_privacy_meter pick it per setting, :func:`tune_offline_a`). ``online``: ``Pr(x)``
+    is the mean over all reference models instead of the offline form."""
     a = _check_a(a)
     if float(gamma) <= 0:
         raise BenchInputError("gamma", gamma, reason="must be positive")

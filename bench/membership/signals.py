@@ -11,8 +11,7 @@ Signals (raw values; :data:`MEMBER_SIGN` orients them so that larger means "memb
 
 * ``loss`` — the cross-entropy ``ℓ = −log p_y = logsumexp(z) − z_y`` (Yeom et al. 2018, the
   loss-threshold adversary: predict "member" when the loss is below a threshold).
-* ``mentr`` — the modified entropy of Song & Mittal (2021, "modified
-  prediction entropy")
+* ``mentr`` — the modified prediction entropy of Song & Mittal (2021)
   ``Mentr(p, y) = −(1 − p_y) log p_y − Σ_{i≠y} p_i log(1 − p_i)``; low for members. It is the
   "label-informed entropy" of Pasquini et al. (2023, §2.2.1).
 * ``confidence`` — ``p_y`` (softmax probability of the true label), the ``Pr(x|θ)`` of RMIA
@@ -21,7 +20,8 @@ Signals (raw values; :data:`MEMBER_SIGN` orients them so that larger means "memb
   logit scaling that makes the per-sample distributions close to Gaussian), computed from the
   logits as ``z_y − logsumexp_{j≠y} z_j``, exact even when ``p_y`` rounds to 1.
 * ``grad_norm`` — ``‖∇_θ ℓ(f_θ(x), y)‖₂`` per sample (``vmap`` over models of ``vmap`` over
-  samples of ``torch.func.grad``); small for members (the gradient-norm signal ml_privacy_meter
+  samples of ``torch.func.grad``, or the ghost norms of ``bench.simulation.per_sample`` for
+  Sequential MLPs); small for members (the gradient-norm signal ml_privacy_meter
   and Nasr et al. 2019 use).
 
 Numerics: ``log(1 − p_i)`` is ``log1p(−p_i)`` for every class except the arg-max, the only one
