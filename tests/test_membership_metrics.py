@@ -16,6 +16,7 @@ from bench.membership.epsilon import epsilon_from_counts, epsilon_lower_bound, e
 from bench.membership.metrics import leakage_from_auc, membership_metrics, tpr_at_fpr
 from bench.membership.roc import auroc, roc_curve
 from bench.membership.thresholds import (
+    oracle_advantages,
     oracle_threshold,
     quantile_threshold,
     threshold_attack,
@@ -154,3 +155,15 @@ def test_bad_inputs_raise_bench_input_errors():
     with pytest.raises(BenchInputError):
         quantile_threshold(torch.tensor([1.0]), 1.0)
     assert np.isfinite(epsilon_from_counts(10, 0, 10, 10))
+
+
+def test_oracle_advantages_of_many_victims_equal_one_by_one():
+    g = torch.Generator().manual_seed(3)
+    members = torch.rand(6, 40, generator=g) < 0.5
+    members[:, 0], members[:, 1] = True, False
+    scores = torch.round(torch.randn(6, 40, generator=g) + members, decimals=1)  # ties included
+    scores[5] = 1.0  # one victim whose scores are all equal: advantage 0
+    batched = oracle_advantages(scores, members)
+    one_by_one = [oracle_threshold(scores[v], members[v]).advantage for v in range(6)]
+    assert batched.tolist() == pytest.approx(one_by_one, abs=1e-12)
+    assert batched[5] == 0.0 and batched[:5].min() > 0.0

@@ -19,6 +19,10 @@ Two thresholds an attacker can really pick, from data it holds:
   membership (e.g. the attacker's own training data against its held-out data), then applied to
   the evaluated sets.
 
+Several victims at once (Pasquini et al.'s Eq. 2, ``(1/m) Σ_v M(Θ_v, X_v, O) − 0.5``):
+:func:`oracle_advantages` computes every victim's oracle ``M − 0.5`` from ``[V, n]`` scores in one
+sort, without a loop over victims.
+
 Scores are oriented: larger means "member" (see ``bench.membership.signals.MEMBER_SIGN``).
 """
 
@@ -116,3 +120,28 @@ def threshold_attack(
         )
     t = calibrated_threshold(calibration_scores, calibration_members)
     return apply_threshold(scores, members, t, "calibrated")
+
+
+def oracle_advantages(scores: torch.Tensor, members: torch.Tensor) -> torch.Tensor:
+    """Oracle ``M − 0.5`` of each row of ``scores [V, n]`` against ``members [V, n]`` (every
+    row needs both classes), vectorized: sort each row by decreasing score, accumulate the
+    member and non-member counts, and take the best balanced accuracy over the cut points that
+    fall between distinct scores (and "nothing predicted", 0). Equal to
+    :func:`oracle_threshold` row by row (tested); average over victims for Pasquini's Eq. 2."""
+    s = torch.as_tensor(scores).detach().to(torch.float64)
+    m = torch.as_tensor(members).detach().bool()
+    if s.dim() != 2 or m.shape != s.shape:
+        raise BenchInputError("members", tuple(m.shape), reason=f"need [V, n] like scores {tuple(s.shape)}")
+    n_in = m.sum(1, keepdim=True).to(torch.float64)
+    n_out = m.shape[1] - n_in
+    if bool(((n_in == 0) | (n_out == 0)).any()):
+        raise BenchInputError("members", "one class", reason="every victim needs members and non-members")
+    sorted_s, order = torch.sort(s, dim=1, descending=True)
+    mm = m.gather(1, order).to(torch.float64)
+    tpr = mm.cumsum(1) / n_in
+    fpr = (1.0 - mm).cumsum(1) / n_out
+    # a cut after position j is a threshold only if the next score is strictly smaller
+    valid = torch.ones_like(mm, dtype=torch.bool)
+    valid[:, :-1] = sorted_s[:, :-1] > sorted_s[:, 1:]
+    gap = torch.where(valid, 0.5 * (tpr - fpr), torch.zeros_like(tpr))
+    return gap.max(1).values.clamp_min(0.0)
