@@ -91,7 +91,7 @@ def test_every_task_attack_builds_applies_to_its_threat_and_records_a_bounded_tr
             for _, _, attack in lst:
                 req = attack.requirements()
                 assert not req.all_rounds, (name, attack)
-                assert max(req.rounds, default=0) < 10, (name, attack, req.rounds)
+                assert len(req.rounds) < 10, (name, attack, req.rounds)
     assert {"dlg", "inverting_gradients"} <= attached["digits_mlp_fedsgd"]
     assert {"dlg", "inverting_gradients"} <= attached["digits_mlp_dpsgd_torus16"]
     pdmm = {"pdmm_noisy_gradient_inversion", "pdmm_difference_inversion", "pdmm_sum_inversion"}

@@ -89,12 +89,13 @@ def test_read_yaml_names_the_file_and_the_problem(tmp_path):
                 "pdmm_noisy_gradient_inversion",
                 "pdmm_sum_inversion",
                 "fedavg_update_inversion",
+                "membership_threshold",
             },
         ),
         (
             "bench.metrics",
             "METRICS",
-            {"image_ssim", "image_psnr", "image_lpips", "label_accuracy", "input_mse"},
+            {"image_ssim", "image_psnr", "image_lpips", "label_accuracy", "input_mse", "membership_auc"},
         ),
     ],
 )

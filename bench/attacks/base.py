@@ -64,6 +64,10 @@ class Reconstruction:
         Local steps whose minibatches the reconstruction covers (local-update matching of
         FedAvg reconstructs every step's data; default: step 0, the one-step protocols). Full-
         batch rounds count once.
+    scores:
+        A membership attack's answer instead of inputs: one score per sample of the job's
+        candidate pool (larger = "member of ``node``'s training set"), in the pool's order. The
+        scorer alone knows which candidates are ``node``'s (:mod:`bench.membership.pool`).
     """
 
     node: int
@@ -73,6 +77,7 @@ class Reconstruction:
     extra: dict[str, float] = field(default_factory=dict)
     group: tuple[int, ...] = ()
     steps: tuple[int, ...] = (0,)
+    scores: torch.Tensor | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """Plain data (:mod:`bench.wire`): what an attack process sends to the scorer."""
@@ -84,15 +89,16 @@ class Reconstruction:
             "extra": {str(k): float(v) for k, v in self.extra.items()},
             "group": [int(v) for v in self.group],
             "steps": [int(s) for s in self.steps],
+            "scores": None if self.scores is None else self.scores.detach().cpu(),
         }
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Reconstruction:
         """Rebuild and type-check a reconstruction (a malformed one is an :class:`AttackError`)."""
         try:
-            x, y = data["x"], data["y"]
-            if any(v is not None and not isinstance(v, torch.Tensor) for v in (x, y)):
-                raise TypeError("x and y must be tensors or None")
+            x, y, scores = data["x"], data["y"], data.get("scores")
+            if any(v is not None and not isinstance(v, torch.Tensor) for v in (x, y, scores)):
+                raise TypeError("x, y and scores must be tensors or None")
             return cls(
                 node=int(data["node"]),
                 round=int(data["round"]),
@@ -101,6 +107,7 @@ class Reconstruction:
                 extra={str(k): float(v) for k, v in data["extra"].items()},
                 group=tuple(int(v) for v in data["group"]),
                 steps=tuple(int(s) for s in data["steps"]),
+                scores=scores,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise AttackError(f"malformed reconstruction: {exc}") from None

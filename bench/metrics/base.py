@@ -18,12 +18,15 @@ METRICS: Registry = Registry("metric")
 @dataclass(frozen=True)
 class Truth:
     """The true minibatch node ``node`` used in round ``round``: ``x [B, *input_shape]``
-    (normalized input space) and ``y [B]``."""
+    (normalized input space) and ``y [B]``; for a membership answer, ``members [C]`` over the
+    candidate pool: 1 for ``node``'s training samples, 0 for non-members, −1 for the other
+    nodes' samples (left out of ``node``'s evaluation; Pasquini et al. 2023, Eq. 2)."""
 
     node: int
     round: int
     x: torch.Tensor
     y: torch.Tensor
+    members: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

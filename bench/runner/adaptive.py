@@ -75,13 +75,31 @@ def with_adaptive(
     out: dict[str, list[PlannedAttack]] = {}
     for threat, lst in attacks.items():
         planned = []
-        for name, params, attack in lst:
-            planned.append(PlannedAttack(name, name, dict(params), attack))
+        for label, (name, params, attack) in zip(attack_labels(lst), lst, strict=True):
+            planned.append(PlannedAttack(label, name, dict(params), attack))
             extra = None if defense == "none" else attack.adapt(defense, dict(knowledge))
             if extra:
                 merged = {**params, **extra}
                 planned.append(
-                    PlannedAttack(name + ADAPTIVE_SUFFIX, name, merged, build_attack(name, **merged))
+                    PlannedAttack(label + ADAPTIVE_SUFFIX, name, merged, build_attack(name, **merged))
                 )
         out[threat] = planned
     return out
+
+
+def attack_labels(attacks: list[tuple[str, dict[str, Any], Attack]]) -> list[str]:
+    """The label of each of a threat's attacks: its name, or — for an attack listed more than
+    once with different parameters — ``name(k=v,…)`` with the parameters that tell them apart
+    (``#i`` appended if even those coincide)."""
+    labels = []
+    for name, params, _ in attacks:
+        same = [p for n, p, _ in attacks if n == name]
+        if len(same) == 1:
+            labels.append(name)
+            continue
+        keys = sorted({k for p in same for k in p if any(q.get(k) != p.get(k) for q in same)})
+        labels.append(f"{name}({','.join(f'{k}={params[k]}' for k in keys if k in params)})")
+    for i, label in enumerate(labels):
+        if labels.count(label) > 1:
+            labels[i] = f"{label}#{labels[:i].count(label) + 1}"
+    return labels

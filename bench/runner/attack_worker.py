@@ -16,6 +16,7 @@ import torch
 
 from bench.attacks import ATTACKS, build_attack
 from bench.data.stacked import derive_seed
+from bench.runner.adaptive import ADAPTIVE_SUFFIX
 from bench.threats import View
 
 
@@ -26,21 +27,27 @@ def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
     yet) on its own copy of
     ``request["view"]`` (a :func:`~bench.wire.blob` of the serialized View);
     ``request["seed"]`` seeds the global RNG per attack (by the attack's index in the task and
-    its label, so that a standard attack draws the same numbers with or without variants).
+    its label, so that a standard attack draws the same numbers with or without variants);
+    ``request["candidates"]`` (``x``, ``y``) is the pool a membership attack scores.
 
     Returns one outcome per attack: ``{"status": "ok", "reconstructions": [...], "runtime_s"}``
     or ``{"status": "failed", "reason", "runtime_s"}``."""
     outcomes = []
     i = -1  # the index of the task's attack (a variant shares its attack's index)
     for label, name, params, module in request["attacks"]:
-        i += label == name
+        i += not label.endswith(ADAPTIVE_SUFFIX)
         start = time.perf_counter()
         try:
             if name not in ATTACKS:
                 importlib.import_module(module)
             view = View.from_bytes(request["view"])
             torch.manual_seed(derive_seed(int(request["seed"]), f"attack:{i}:{label}"))
-            recs = build_attack(name, **params).run(view)
+            built = build_attack(name, **params)
+            if getattr(built, "needs_candidates", False):  # a membership attack
+                candidates = request.get("candidates") or {}
+                recs = built.run(view, candidates.get("x"), candidates.get("y"))
+            else:
+                recs = built.run(view)
             outcomes.append(
                 {
                     "status": "ok",

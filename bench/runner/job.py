@@ -270,6 +270,10 @@ def _attack_threat(
                 "view": view,
                 "attacks": [[p.label, p.name, p.params, type(p.attack).__module__] for p in attacks],
                 "seed": seed,
+                # membership attacks score the scorer's candidate pool (not who owns it)
+                "candidates": scorer.candidates()
+                if any(getattr(p.attack, "needs_candidates", False) for p in attacks)
+                else None,
             },
             threads=threads,
             label="attack",

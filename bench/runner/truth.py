@@ -15,12 +15,14 @@ import json
 import math
 import threading
 from collections import OrderedDict
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench.attacks.base import AttackError, Reconstruction
+from bench.membership.pool import CandidatePool, candidate_pool
 from bench.metrics import DataInfo, Truth, build_metric
 from bench.metrics.image import save_grid
 from bench.protocols import PROTOCOLS, BatchPlan
@@ -114,15 +116,31 @@ class Scorer:
         return metrics
 
     # ---------------------------------------------------------------------------- truth
+    @cached_property
+    def pool(self) -> CandidatePool:
+        """The job's membership candidates (:mod:`bench.membership.pool`), from the seed alone."""
+        return candidate_pool(self.data, self.cfg.seed)
+
+    def candidates(self) -> dict[str, torch.Tensor]:
+        """What a membership attack is given: the pool's inputs and labels, not their owners."""
+        return {"x": self.pool.x, "y": self.pool.y}
+
     def truth(self, rec: Reconstruction) -> Truth:
         """The true data of ``rec``: the samples of ``rec.node`` and ``rec.group`` in ``rec.round``,
-        local steps ``rec.steps`` (once for full-batch rounds), concatenated node-major."""
+        local steps ``rec.steps`` (once for full-batch rounds), concatenated node-major; for a
+        membership answer (``rec.scores``), which candidates are ``rec.node``'s."""
         n = self.cfg.nodes
         for v in (rec.node, *rec.group):
             if not 0 <= v < n:
                 raise AttackError(f"reconstruction names node {v}; nodes are 0..{n - 1}")
         if rec.round < 0:
             raise AttackError(f"reconstruction names round {rec.round}")
+        if rec.scores is not None:
+            c = len(self.pool.owner)
+            if tuple(rec.scores.shape) != (c,) or not rec.scores.is_floating_point():
+                raise AttackError(f"membership scores must be {c} real numbers, one per candidate")
+            empty = torch.empty(0)
+            return Truth(rec.node, rec.round, empty, empty, members=self.pool.members_of(rec.node))
         full = self.plan is None or self.data.is_full_batch(self.plan)
         steps = rec.steps[:1] if full else rec.steps
         if self.plan is not None:

@@ -1,0 +1,59 @@
+"""Membership-inference metrics of a membership attack's scores (:mod:`bench.membership`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bench.attacks.base import Reconstruction
+from bench.membership.epsilon import epsilon_lower_bound
+from bench.membership.metrics import leakage_from_auc, membership_metrics
+from bench.metrics.base import METRICS, DataInfo, Metric, Truth
+from bench.metrics.vector import check_pairs
+
+
+@METRICS.register("membership_auc", "AUC of membership scores, per victim vs. non-members, averaged")
+class MembershipAUC(Metric):
+    """Per victim ``v`` (Pasquini et al. 2023, Eq. 2: ``v``'s training samples against the
+    non-members; the other nodes' samples left out), from the attack's scores:
+
+    * ``auc`` — area under the ROC (torchmetrics), the headline;
+    * ``tpr@0.001``, ``tpr@0.01`` — TPR at low FPR (Carlini et al. 2022);
+    * ``advantage`` — Pasquini et al.'s ``M − 0.5`` with the oracle threshold;
+    * ``epsilon_lb`` — the empirical ε lower bound (Clopper–Pearson, α = 0.05, δ = 0;
+      Jagielski et al. 2020), maximized over thresholds (a nominal confidence level:
+      :mod:`bench.membership.epsilon`);
+
+    each averaged over the victims (``epsilon_lb``: the largest).
+
+    Leakage
+    -------
+    ``max(0, 2·AUC − 1)``: 0 at chance, 1 for a perfect separation.
+    """
+
+    def compute(self, recs: list[Reconstruction], truths: list[Truth], info: DataInfo) -> dict[str, float]:
+        check_pairs(recs, truths)
+        rows: list[dict[str, float]] = []
+        for rec, truth in zip(recs, truths, strict=True):
+            if rec.scores is None or truth.members is None:
+                raise ValueError(f"node {rec.node}: a membership metric needs membership scores")
+            keep = truth.members >= 0
+            scores = rec.scores.detach().to("cpu", torch.float64)[keep]
+            members = truth.members[keep] == 1
+            if not torch.isfinite(scores).all():
+                raise ValueError(f"node {rec.node}: non-finite membership scores")
+            if members.all() or not members.any():
+                continue  # a node without training samples (or no non-members) has nothing to score
+            row = membership_metrics(scores, members)
+            row["epsilon_lb"] = epsilon_lower_bound(scores, members)
+            rows.append(row)
+        if not rows:
+            raise ValueError("no victim with both members and non-members to score")
+        out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "epsilon_lb"}
+        out["epsilon_lb"] = float(max(r["epsilon_lb"] for r in rows))
+        out["headline"] = out["auc"]
+        out["victims"] = float(len(rows))
+        return out
+
+    def leakage(self, values: dict[str, float]) -> float:
+        return leakage_from_auc(values["headline"])
