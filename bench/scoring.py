@@ -70,12 +70,17 @@ BASE_COLUMNS: tuple[str, ...] = (
     "utility_metric",
     "epsilon_mean",
     "epsilon_delta",
+    "epsilon_lb",
+    "epsilon_exceeded",
     "seeds",
     "failed",
     "last_failure",
     "runtime_mean",
     "worst_attack",
 )
+
+#: the metric holding a membership attack's empirical ε lower bound (:mod:`bench.metrics.membership`)
+EPSILON_LB_METRIC = "membership_auc.epsilon_lb"
 
 
 def _finite(x: float | None) -> bool:
@@ -150,6 +155,7 @@ class _Entry:
     utility_metric: str | None = None
     epsilon: list[float] = field(default_factory=list)
     deltas: list[float] = field(default_factory=list)
+    epsilon_lb: list[float] = field(default_factory=list)
 
 
 def _task_threats(results: list[JobResult]) -> dict[str, list[str]]:
@@ -176,10 +182,15 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
     -------
     pandas.DataFrame
         Columns ``track, task, threat, defense, privacy_mean, privacy_std, utility_mean,
-        utility_std, utility_floor, utility_metric, epsilon_mean, epsilon_delta, seeds, failed,
+        utility_std, utility_floor, utility_metric, epsilon_mean, epsilon_delta, epsilon_lb,
+        epsilon_exceeded, seeds, failed,
         last_failure, runtime_mean`` (``epsilon_mean``: the mean over successful seeds of the ε
         the defense's accounting reports, NaN for a defense without a guarantee, ``inf`` for
-        one with ε = ∞; ``epsilon_delta``: its largest δ; ``last_failure``: the reason of the
+        one with ε = ∞; ``epsilon_delta``: its largest δ; ``epsilon_lb``: the empirical ε lower
+        bound of the track's membership attacks — per job the largest over its attacks, mean
+        over seeds, NaN without a membership attack; ``epsilon_exceeded``: the lower bound is
+        above the claimed ε, a guarantee the attacks refute (at the bound's nominal confidence,
+        :mod:`bench.membership.epsilon`); ``last_failure``: the reason of the
         entry's most recent failed job — latest ``provenance["timestamp"]``, the later in
         ``results`` on a tie — or ``""``), one
         ``leakage:<attack>`` column per attack (mean over successful seeds, NaN where the attack
@@ -230,6 +241,13 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             p = _job_privacy(r, threat)
             if p is not None:
                 e.privacy.append(p)
+            lbs = [
+                a.metrics[EPSILON_LB_METRIC]
+                for a in outcomes
+                if a.status == "ok" and EPSILON_LB_METRIC in a.metrics
+            ]
+            if lbs:
+                e.epsilon_lb.append(max(lbs))
             per_attack: dict[str, float] = {}
             for a in outcomes:
                 if a.status == "ok" and _finite(a.leakage):
@@ -253,6 +271,8 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             "utility_metric": e.utility_metric or "",
             "epsilon_mean": _mean(e.epsilon),
             "epsilon_delta": max(e.deltas, default=math.nan),
+            "epsilon_lb": _mean(e.epsilon_lb),
+            "epsilon_exceeded": bool(e.epsilon and e.epsilon_lb and _mean(e.epsilon_lb) > _mean(e.epsilon)),
             "seeds": e.seeds,
             "failed": e.failed,
             "last_failure": e.last_failure,
@@ -274,6 +294,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         "utility_floor",
         "epsilon_mean",
         "epsilon_delta",
+        "epsilon_lb",
         "runtime_mean",
     ):
         df[col] = df[col].astype("float64")

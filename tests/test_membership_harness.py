@@ -123,7 +123,8 @@ def test_received_updates_in_dpsgd_leak_membership_more_than_the_fl_global_model
 
 
 def test_evaluate_runs_the_mia_tasks_through_the_isolated_harness(tmp_path):
-    """The candidate pool crosses into the attack process and the scores back to the scorer."""
+    """The candidate pool (and, for LiRA and RMIA, the population data) crosses into the attack
+    process and the scores back to the scorer; every attack reads the last round the run ran."""
     from bench.cli import main
     from bench.results.store import ResultStore
 
@@ -143,10 +144,11 @@ def test_evaluate_runs_the_mia_tasks_through_the_isolated_harness(tmp_path):
     assert main(args) == 0
     results = {r.task: r for r in ResultStore(str(out / "results.sqlite")).results()}
     for task, threat, n_attacks in (
-        ("digits_mlp_fedsgd_mia", "fl_user", 2),
-        ("digits_mlp_dpsgd_mia", "neighbors", 3),
+        ("digits_mlp_fedsgd_mia", "fl_user", 4),
+        ("digits_mlp_dpsgd_mia", "neighbors", 5),
     ):
         r = results[task]
         assert r.status == "ok" and len(r.attacks) == n_attacks
         assert all(a.status == "ok" and 0.55 < a.metrics["membership_auc.auc"] < 1 for a in r.attacks)
+        assert {a.attack for a in r.attacks} >= {"membership_lira", "membership_rmia"}
         assert 0 < r.privacy[threat] < 0.9

@@ -241,3 +241,37 @@ def test_format_table_shows_the_failure_reason_when_a_job_failed(table: pd.DataF
     assert "RuntimeError: very long" in cell and "…" in cell and "explanation explanation" not in cell[-60:]
     clean = [job("c", "server", "d", 0, {"a": 0.5}, 0.9, None)]
     assert "last failure" not in format_table(tables_by_track(entry_table(clean))["c/server"])
+
+
+def test_the_empirical_epsilon_lower_bound_is_reported_and_flagged_above_the_claimed_epsilon() -> None:
+    """Per job the largest bound over the track's membership attacks, mean over seeds; an entry
+    whose bound exceeds its accountant's ε is flagged in the table and on the page."""
+    from bench.scoring import EPSILON_LB_METRIC
+    from bench.site.render import render_index
+
+    def mia(defense: str, seed: int, lbs: list[float], eps: float | None) -> object:
+        r = job("m", "user", defense, seed, {f"a{i}": 0.2 for i in range(len(lbs))}, 0.9, None,
+                accounting={"epsilon": eps} if eps is not None else None)  # fmt: skip
+        for outcome, lb in zip(r.attacks, lbs, strict=True):
+            outcome.metrics[EPSILON_LB_METRIC] = lb
+        return r
+
+    results = [
+        mia("dp(eps=0.5)", 0, [0.4, 1.0], 0.5),
+        mia("dp(eps=0.5)", 1, [0.6, 0.2], 0.5),
+        mia("dp(eps=8)", 0, [1.0, 0.9], 8.0),
+        mia("none", 0, [2.0, 0.1], None),
+    ]
+    df = entry_table(results)
+    assert row(df, "m/user", "dp(eps=0.5)")["epsilon_lb"] == pytest.approx(0.8, **APPROX)
+    assert bool(row(df, "m/user", "dp(eps=0.5)")["epsilon_exceeded"])
+    assert not bool(row(df, "m/user", "dp(eps=8)")["epsilon_exceeded"])
+    assert not bool(row(df, "m/user", "none")["epsilon_exceeded"])  # no claim, nothing to refute
+    text = format_table(tables_by_track(df)["m/user"])
+    assert "ε lb" in text.splitlines()[0] and "0.800 !" in text and "1.000 !" not in text
+    html = render_index(tables_by_track(df), {})
+    assert "ε lower bound" in html and html.count(" ⚠</td>") == 1
+    plain = entry_table(sample_results())  # no membership attack: the column stays out
+    assert plain["epsilon_lb"].isna().all()
+    assert "ε lb" not in format_table(tables_by_track(plain)["img/server"])
+    assert "ε lower bound" not in render_index(tables_by_track(plain), {})

@@ -90,6 +90,8 @@ def test_read_yaml_names_the_file_and_the_problem(tmp_path):
                 "pdmm_sum_inversion",
                 "fedavg_update_inversion",
                 "membership_threshold",
+                "membership_lira",
+                "membership_rmia",
             },
         ),
         (

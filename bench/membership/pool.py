@@ -65,3 +65,16 @@ def candidate_pool(data: RunData, seed: int) -> CandidatePool:
     gen = torch.Generator().manual_seed(derive_seed(seed, "membership_pool"))
     order = torch.randperm(len(owner), generator=gen)
     return CandidatePool(x[order], y[order], owner[order])
+
+
+def population(data: RunData) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attacker's auxiliary population data: the training split's samples that no node
+    holds, ``x [Q, ...]``, ``y [Q]`` in the run's dtype, in the split's order. Disjoint from every
+    node's training set and from the pool's non-members (drawn from the test split), so a
+    reference model trained on it never trains on a candidate (offline LiRA and RMIA:
+    Carlini et al. 2022 §IV-C; Zarifzadeh et al. 2024 §3)."""
+    nd = data.node_data
+    held = torch.zeros(len(data.train_set), dtype=torch.bool)
+    held[nd.index[nd.index >= 0]] = True
+    free = (~held).nonzero().squeeze(1)
+    return data.train_set.x[free].to(nd.x.dtype), data.train_set.y[free]

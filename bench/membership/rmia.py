@@ -66,10 +66,11 @@ def rmia_scores(
     gamma: float = 1.0,
     online: bool = False,
 ) -> torch.Tensor:
-    """RMIA scores ``[N]`` in ``[0, 1]`` (larger = "member").
+    """RMIA scores ``[..., N]`` in ``[0, 1]`` (larger = "member").
 
-    ``target_x [N]``, ``ref_x [K, N]``: ``Pr(x|θ)`` of the target and reference models on the
-    evaluated samples; ``target_z [Z]``, ``ref_z [K, Z]`` on the population samples;
+    ``target_x [..., N]``, ``ref_x [K, N]``: ``Pr(x|θ)`` of the target(s) and reference models on
+    the evaluated samples (leading dims: several targets scored at once against the same
+    references); ``target_z [..., Z]``, ``ref_z [K, Z]`` on the population samples;
     ``reference_in [K, N]``: which reference models trained on which ``x`` (``None``: none).
     ``a``: the offline interpolation (``a = 1``: ``Pr_IN = Pr_OUT``, the neutral default; the
     paper and ml_privacy_meter pick it per setting, :func:`tune_offline_a`). ``online``: ``Pr(x)``
@@ -78,11 +79,17 @@ def rmia_scores(
     if float(gamma) <= 0:
         raise BenchInputError("gamma", gamma, reason="must be positive")
     k, n = ref_x.shape
-    if target_x.shape != (n,) or ref_z.dim() != 2 or ref_z.shape[0] != k or target_z.shape != ref_z.shape[1:]:
+    if (
+        target_x.shape[-1:] != (n,)
+        or ref_z.dim() != 2
+        or ref_z.shape[0] != k
+        or target_z.shape[-1:] != ref_z.shape[1:]
+        or target_x.shape[:-1] != target_z.shape[:-1]
+    ):
         raise BenchInputError(
             "reference",
             (tuple(ref_x.shape), tuple(ref_z.shape)),
-            reason="need target_x [N], ref_x [K, N], target_z [Z], ref_z [K, Z]",
+            reason="need target_x [..., N], ref_x [K, N], target_z [..., Z], ref_z [K, Z]",
         )
     ref_in = torch.zeros_like(ref_x, dtype=torch.bool) if reference_in is None else reference_in.bool()
     if ref_in.shape != ref_x.shape:
@@ -93,9 +100,9 @@ def rmia_scores(
         pr_x = marginal_offline(ref_x, ~ref_in, a)
     pr_z = marginal_offline(ref_z, torch.ones_like(ref_z, dtype=torch.bool), a)
     ratio_x = target_x / pr_x
-    ratio_z = torch.sort(target_z / pr_z).values
-    below = torch.searchsorted(ratio_z, (ratio_x / gamma).contiguous(), side="left")
-    return below.to(target_x.dtype) / ratio_z.numel()
+    ratio_z = torch.sort(target_z / pr_z, dim=-1).values
+    below = torch.searchsorted(ratio_z.contiguous(), (ratio_x / gamma).contiguous(), side="left")
+    return below.to(target_x.dtype) / ratio_z.shape[-1]
 
 
 def rmia_scores_pairwise(

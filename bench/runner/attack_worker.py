@@ -28,7 +28,9 @@ def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
     ``request["view"]`` (a :func:`~bench.wire.blob` of the serialized View);
     ``request["seed"]`` seeds the global RNG per attack (by the attack's index in the task and
     its label, so that a standard attack draws the same numbers with or without variants);
-    ``request["candidates"]`` (``x``, ``y``) is the pool a membership attack scores.
+    ``request["candidates"]`` (``x``, ``y``) is the pool a membership attack scores;
+    ``request["population"]`` the population data and public recipe a reference-model
+    membership attack trains its reference worlds with.
 
     Returns one outcome per attack: ``{"status": "ok", "reconstructions": [...], "runtime_s"}``
     or ``{"status": "failed", "reason", "runtime_s"}``."""
@@ -45,7 +47,12 @@ def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
             built = build_attack(name, **params)
             if getattr(built, "needs_candidates", False):  # a membership attack
                 candidates = request.get("candidates") or {}
-                recs = built.run(view, candidates.get("x"), candidates.get("y"))
+                extra = (
+                    {"population": request.get("population")}
+                    if getattr(built, "needs_population", False)
+                    else {}
+                )
+                recs = built.run(view, candidates.get("x"), candidates.get("y"), **extra)
             else:
                 recs = built.run(view)
             outcomes.append(

@@ -274,6 +274,10 @@ def _attack_threat(
                 "candidates": scorer.candidates()
                 if any(getattr(p.attack, "needs_candidates", False) for p in attacks)
                 else None,
+                # reference-model attacks: the attacker's population data and the public recipe
+                "population": scorer.population()
+                if any(getattr(p.attack, "needs_population", False) for p in attacks)
+                else None,
             },
             threads=threads,
             label="attack",

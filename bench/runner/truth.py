@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from bench.attacks.base import AttackError, Reconstruction
-from bench.membership.pool import CandidatePool, candidate_pool
+from bench.membership.pool import CandidatePool, candidate_pool, population
 from bench.metrics import DataInfo, Truth, build_metric
 from bench.metrics.image import save_grid
 from bench.protocols import PROTOCOLS, BatchPlan
@@ -124,6 +124,20 @@ class Scorer:
     def candidates(self) -> dict[str, torch.Tensor]:
         """What a membership attack is given: the pool's inputs and labels, not their owners."""
         return {"x": self.pool.x, "y": self.pool.y}
+
+    def population(self) -> dict[str, object]:
+        """What a reference-model membership attack is given besides the pool: the population
+        data (:func:`bench.membership.pool.population`), the public training recipe — the run's
+        config with the seed zeroed, since the seed would reveal the partition — and the nodes'
+        local-set sizes."""
+        x, y = population(self.data)
+        public = self.cfg.model_copy(update={"seed": 0})
+        return {
+            "x": x,
+            "y": y,
+            "config": public.model_dump_json(),
+            "counts": [int(c) for c in self.data.node_data.counts],
+        }
 
     def truth(self, rec: Reconstruction) -> Truth:
         """The true data of ``rec``: the samples of ``rec.node`` and ``rec.group`` in ``rec.round``,

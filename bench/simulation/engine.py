@@ -90,6 +90,10 @@ class Simulation:
     init_state:
         Build the nodes' initial state (``False``: everything but the state, to check a
         configuration without allocating it — the harness's up-front validation).
+    topology:
+        A prebuilt topology of ``config.nodes`` nodes for a decentralized protocol, used instead
+        of building ``config.topology`` (e.g. the disconnected replicas of a membership attack's
+        reference worlds, :mod:`bench.membership.reference`).
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class Simulation:
         record_totals: Iterable[str] = (),
         data: RunData | None = None,
         init_state: bool = True,
+        topology: Topology | None = None,
     ) -> None:
         cfg = config if isinstance(config, SimulationConfig) else SimulationConfig(**config)
         self.hooks = hooks or DefenseHooks()
@@ -128,7 +133,11 @@ class Simulation:
         self.topology: Topology | None = None
         self.edges = torch.zeros(0, 2, dtype=torch.long)
         self.mixer: GossipMixer | None = None
-        if not self.protocol.federated:
+        if not self.protocol.federated and topology is not None:
+            if topology.mixing.shape != (cfg.nodes, cfg.nodes):
+                raise BenchInputError("topology", topology.name, reason=f"not a graph on {cfg.nodes} nodes")
+            self.topology = topology
+        elif not self.protocol.federated:
             self.topology = Topology.build(
                 cfg.topology,
                 n=cfg.nodes,
@@ -137,6 +146,7 @@ class Simulation:
                 mixing_params=cfg.mixing_params or None,
                 **cfg.topology_params,
             )
+        if self.topology is not None:
             self.edges = torch.from_numpy(self.topology.directed_edges()).to(self.device)
             W = torch.from_numpy(self.topology.mixing).to(device=self.device, dtype=self.dtype)
             self.mixer = GossipMixer(W)

@@ -145,6 +145,9 @@ def _rows(df: pd.DataFrame, attacks: list[str], front: set[str]) -> list[dict[st
                 "epsilon": format_epsilon(_float(rec.get("epsilon_mean"))),
                 "epsilon_v": _data(rec.get("epsilon_mean")),
                 "epsilon_delta": _delta(rec.get("epsilon_delta")),
+                "epsilon_lb": _fmt(rec.get("epsilon_lb")),
+                "epsilon_lb_v": _data(rec.get("epsilon_lb")),
+                "epsilon_exceeded": bool(rec.get("epsilon_exceeded", False)),
                 "leakage": leakage,
                 "seeds": int(rec.get("seeds", 0)),
                 "failed": int(rec.get("failed", 0)),
@@ -207,6 +210,7 @@ def render_index(
                 if "baseline_utility" in df.columns and len(df)
                 else "—",
                 "attacks": attacks,
+                "has_lb": "epsilon_lb" in df.columns and bool(df["epsilon_lb"].notna().any()),
                 "front": front,
                 "rows": _rows(df, attacks, set(front)),
             }

@@ -53,7 +53,8 @@ def format_table(df_track: pd.DataFrame) -> str:
     str
         ``rank`` (``—`` when unranked, ``*`` marks the Pareto front), defense, privacy and
         utility as ``mean ± std`` (3 decimals), the utility floor, the mean ε of the defense's
-        DP guarantee (:func:`format_epsilon`), the attack that sets the privacy score
+        DP guarantee (:func:`format_epsilon`), in a track with membership attacks the empirical ε
+        lower bound (``ε lb``, ``!`` where it exceeds the claimed ε), the attack that sets the privacy score
         (``worst attack``, standard or ``+adaptive``), one column per attack (mean leakage), seeds,
         failed jobs, the reason of the most recent failed job (``last failure``, cut to
         :data:`REASON_WIDTH` characters; only when a job of the track failed) and mean runtime.
@@ -76,6 +77,16 @@ def format_table(df_track: pd.DataFrame) -> str:
             "worst attack": [str(w or "—") for w in df_track.get("worst_attack", [""] * len(df_track))],
         }
     )
+    if "epsilon_lb" in df_track.columns and df_track["epsilon_lb"].notna().any():
+        flags = df_track.get("epsilon_exceeded", pd.Series([False] * len(df_track), index=df_track.index))
+        out.insert(
+            6,
+            "ε lb",
+            [
+                f"{_num(v)}{' !' if bool(f) else ''}"
+                for v, f in zip(df_track["epsilon_lb"], flags, strict=True)
+            ],
+        )
     for attack in attacks:
         out[attack] = [_num(v) for v in df_track[LEAKAGE_PREFIX + attack]]
     out["seeds"] = [str(int(s)) for s in df_track["seeds"]]

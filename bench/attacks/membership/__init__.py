@@ -2,4 +2,4 @@
 They score the harness' candidate pool (:mod:`bench.membership.pool`) with the statistics of
 :mod:`bench.membership`; the scorer alone knows which candidates are members."""
 
-from bench.attacks.membership import threshold  # noqa: F401  (registration)
+from bench.attacks.membership import lira, rmia, threshold  # noqa: F401  (registration)

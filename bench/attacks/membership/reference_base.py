@@ -1,0 +1,146 @@
+"""The shared part of the reference-model membership attacks (``membership_lira``,
+``membership_rmia``): the observed target models, the attacker's population data and the
+reference worlds trained on it (:mod:`bench.membership.reference`).
+
+What the attacker is given, besides its View: the candidate pool's inputs and labels (not who
+owns them), its population data — the training split's samples that no node holds
+(:func:`bench.membership.pool.population`) — and the task's public training recipe (its
+simulation config **without the seed**, which would reveal the partition) with the nodes'
+local-set sizes. It never sees membership labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from bench.attacks.base import Attack, AttackError, Reconstruction, Requirement
+from bench.attacks.gradients import architecture, flat_model
+from bench.attacks.membership.observed import check_rounds, requirement, resolve_rounds, stacked_targets
+from bench.errors import require
+from bench.membership.reference import SOURCES, ReferenceModels, train_reference_worlds
+from bench.registry_utils import require_choice
+from bench.simulation.config import SimulationConfig
+from bench.simulation.flat import FlatModel
+from bench.threats import KnowledgeError, View
+
+
+@dataclass(frozen=True)
+class ScoreInputs:
+    """What a reference attack scores with: the architecture, the observed target models
+    ``targets [V, P]``, the reference models, the candidates ``(x, y)``, the population the
+    worlds drew from (``trained``; ``refs.trained_on`` says who trained on what) and the
+    population samples held out of every world (``held``)."""
+
+    model: FlatModel
+    targets: torch.Tensor
+    refs: ReferenceModels
+    x: torch.Tensor
+    y: torch.Tensor
+    trained: tuple[torch.Tensor, torch.Tensor]
+    held: tuple[torch.Tensor, torch.Tensor]
+
+
+class ReferenceAttack(Attack):
+    """Score the candidates of each attacked round against ``worlds`` reference worlds.
+
+    Parameters
+    ----------
+    rounds:
+        Rounds whose models are attacked (one answer per victim and round), or ``"last"``:
+        the last round the run ran (:mod:`bench.attacks.membership.observed`).
+    source:
+        ``"global_model"`` (FL, ``fl_user``) or ``"received"`` (D-PSGD, ``neighbors``).
+    worlds:
+        Reference worlds ``K`` (replicas of the whole run; ``"global_model"`` gives one reference
+        model per world, ``"received"`` one per node of each world).
+    population_size:
+        Use at most this many population samples (``None``: all).
+    """
+
+    threats: ClassVar[tuple[str, ...]] = ("fl_user", "neighbors")
+    metrics: ClassVar[tuple[str, ...]] = ("membership_auc",)
+    needs_candidates: ClassVar[bool] = True
+    #: the harness passes the attacker's population data and the public recipe to :meth:`run`
+    needs_population: ClassVar[bool] = True
+    #: population samples held out of every world (RMIA's comparison set ``z``)
+    reserve: int = 0
+
+    def __init__(
+        self,
+        rounds: list[int] | tuple[int, ...] | str = (0,),
+        source: str = "global_model",
+        worlds: int = 16,
+        population_size: int | None = None,
+    ) -> None:
+        self.rounds = check_rounds(rounds)
+        self.source = require_choice(source, SOURCES, "attack.source")
+        require(isinstance(worlds, int) and worlds >= 2, "attack.worlds", worlds, "must be an integer ≥ 2")
+        self.worlds = worlds
+        require(
+            population_size is None or (isinstance(population_size, int) and population_size > 0),
+            "attack.population_size",
+            population_size,
+            "must be a positive integer or null",
+        )
+        self.population_size = population_size
+
+    def requirements(self) -> Requirement:
+        return requirement(self.rounds, self.source)
+
+    def run(  # type: ignore[override]
+        self,
+        view: View,
+        x: torch.Tensor | None = None,
+        y: torch.Tensor | None = None,
+        population: dict[str, Any] | None = None,
+    ) -> list[Reconstruction]:
+        if x is None or y is None:
+            raise AttackError("a membership attack needs the harness' candidate pool")
+        if not population:
+            raise AttackError("a reference-model attack needs the harness' population data")
+        model = flat_model(view)
+        cfg = SimulationConfig.model_validate_json(population["config"])
+        try:
+            mixing = view.knowledge["mixing"]
+        except KnowledgeError:
+            mixing = None
+        pop_x, pop_y = population["x"], population["y"]
+        if self.population_size is not None:
+            pop_x, pop_y = pop_x[: self.population_size], pop_y[: self.population_size]
+        if len(pop_y) <= self.reserve:
+            raise AttackError(
+                f"{len(pop_y)} population samples; the attack holds {self.reserve} out of training"
+            )
+        train_x, train_y = pop_x[self.reserve :], pop_y[self.reserve :]
+        held_x, held_y = pop_x[: self.reserve].to(x.dtype), pop_y[: self.reserve]
+        n_classes = int(architecture(view).get("n_classes", 0))
+        seed = int(torch.randint(0, 2**31 - 1, ()))
+        out = []
+        for t in resolve_rounds(view, self.rounds, self.source):
+            victims, theta = stacked_targets(view, t, self.source)
+            refs = train_reference_worlds(
+                cfg,
+                train_x,
+                train_y,
+                n_classes,
+                [int(c) for c in population["counts"]],
+                self.worlds,
+                t,
+                self.source,
+                seed,
+                mixing=mixing,
+            )
+            scores = self.score(
+                ScoreInputs(
+                    model, theta.to(x.dtype), refs, x, y, (train_x.to(x.dtype), train_y), (held_x, held_y)
+                )
+            )
+            out += [Reconstruction(node=v, round=t, scores=s) for v, s in zip(victims, scores, strict=True)]
+        return out
+
+    def score(self, inputs: ScoreInputs) -> torch.Tensor:
+        """Scores ``[V, C]`` of the candidates for the targets (:class:`ScoreInputs`)."""
+        raise NotImplementedError

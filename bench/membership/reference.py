@@ -1,0 +1,212 @@
+"""Reference ("shadow") models for membership inference, trained as extra stacked nodes of the
+engine (LiRA: Carlini et al. 2022 §IV; RMIA: Zarifzadeh et al. 2024 §3).
+
+A *reference world* replicates the target's training run — architecture, protocol and its
+hyperparameters, number of nodes, local-set sizes, graph and mixing matrix, rounds — on a
+random draw from the attacker's population data (:func:`bench.membership.pool.population`,
+disjoint from every candidate). ``K`` worlds are **one** :class:`~bench.simulation.Simulation` of
+``K·n`` nodes whose mixing matrix is block-diagonal (``K`` disconnected copies of the target's
+graph), so all reference models train at once as stacked tensors, never one after another.
+Each world starts from its own initialization (common to its nodes when the target's is).
+
+Federated protocols run as their gossip equivalent: with full participation and equal local
+sets, FedSGD and FedAvg (``local_steps`` local SGD steps) are D-PSGD on the complete graph with
+``W = 11ᵀ/n``, since ``(1/n) Σ_v (Θ − η Σ_s ∇L_v(·)) = Θ − η (1/n) Σ_v Σ_s ∇L_v(·)`` is the
+server's averaged update (exact: tested against the FedSGD engine in float64).
+
+What a world yields in round ``t`` (``source``):
+
+* ``"global_model"`` — the world's model ``Θ^t`` (the FL global model a user receives), one per
+  world;
+* ``"received"`` — every node's half-step update ``Θ_v^{t+1/2}`` (what D-PSGD neighbours
+  receive, Pasquini et al. 2023 §4.1.1), ``n`` per world.
+
+Every reference model is *out* for every candidate (the offline attacks). Limitation, stated
+where the scores are reported: reference worlds follow the task's **undefended** recipe —
+defense code runs only in the simulation process, never on the attacker's side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import torch
+
+from bench.attacks.base import AttackError
+from bench.attacks.gradients import first_payloads
+from bench.data.dataset import ArrayDataset
+from bench.data.stacked import NodeData, derive_seed
+from bench.simulation.config import DTYPES, SimulationConfig
+from bench.simulation.engine import Simulation
+from bench.simulation.run_data import RunData
+from bench.threats import build_threat
+from bench.topology import Topology
+
+SOURCES = ("global_model", "received")
+
+
+@dataclass(frozen=True)
+class ReferenceModels:
+    """``theta [M, P]``: the reference models; ``world [M]``: the world each comes from;
+    ``trained_on [K, Q]``: which population samples world ``k`` trained on."""
+
+    theta: torch.Tensor
+    world: torch.Tensor
+    trained_on: torch.Tensor
+
+    def in_mask(self) -> torch.Tensor:
+        """``[M, Q]``: which population samples each reference model's world trained on."""
+        return self.trained_on[self.world]
+
+
+def _gossip_dpsgd(p: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    return dict(p), False
+
+
+def _gossip_fedsgd(p: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    _full_participation(p)
+    return {"lr": p.get("lr", 0.1), "batch_size": p.get("batch_size")}, True
+
+
+def _gossip_fedavg(p: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    _full_participation(p)
+    if p.get("local_epochs") is not None:
+        raise AttackError("reference worlds of FedAvg need local_steps, not local_epochs")
+    return {
+        "lr": p.get("lr", 0.1),
+        "batch_size": p.get("batch_size"),
+        "local_steps": p.get("local_steps", 1),
+    }, True
+
+
+def _full_participation(p: dict[str, Any]) -> None:
+    if float(p.get("client_fraction", 1.0)) != 1.0:
+        raise AttackError("reference worlds of a federated protocol need full participation")
+
+
+#: protocol → its D-PSGD form (``protocol_params``, whether the graph is complete with 11ᵀ/n)
+AS_GOSSIP: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], bool]]] = {
+    "dpsgd": _gossip_dpsgd,
+    "fedsgd": _gossip_fedsgd,
+    "fedavg": _gossip_fedavg,
+}
+
+
+class _PopulationData(RunData):
+    """A :class:`RunData` whose nodes hold draws of the population (no dataset is loaded)."""
+
+    def __init__(
+        self, dataset: ArrayDataset, parts: list[torch.Tensor], dtype: torch.dtype, seed: int
+    ) -> None:
+        self.seed = seed
+        self.dtype = dtype
+        self.train_set = self.test_set = dataset
+        self.node_data = NodeData.from_partition(dataset, parts)
+        self.node_data.x = self.node_data.x.to(dtype)
+        self.partition_info = {"partition": "reference_worlds", "nodes": len(parts)}
+
+
+def world_topology(mixing: np.ndarray, worlds: int) -> Topology:
+    """``worlds`` disconnected copies of the graph of ``mixing`` (block-diagonal mixing matrix)."""
+    n = mixing.shape[0]
+    w = np.kron(np.eye(worlds), mixing)
+    adjacency = (w != 0) & ~np.eye(n * worlds, dtype=bool)
+    graph = nx.from_numpy_array(adjacency.astype(np.int8))
+    return Topology(graph, w, "reference_worlds", "given", {"n": n * worlds, "worlds": worlds})
+
+
+def draw_worlds(
+    n_population: int, counts: list[int], worlds: int, seed: int
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Each world draws ``Σ counts`` population samples without replacement (independently of
+    the other worlds) and splits them over its nodes by ``counts``; returns the parts of all
+    ``worlds · n`` nodes and the mask ``trained_on [K, Q]``."""
+    need = sum(counts)
+    if need > n_population:
+        raise AttackError(
+            f"a reference world needs {need} population samples; the attacker has {n_population}"
+        )
+    gen = torch.Generator().manual_seed(derive_seed(seed, "reference_worlds"))
+    parts: list[torch.Tensor] = []
+    trained_on = torch.zeros(worlds, n_population, dtype=torch.bool)
+    for k in range(worlds):  # set-up only: K draws
+        draw = torch.randperm(n_population, generator=gen)[:need]
+        trained_on[k, draw] = True
+        parts += list(torch.split(draw, counts))
+    return parts, trained_on
+
+
+def train_reference_worlds(
+    cfg: SimulationConfig,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_classes: int,
+    counts: list[int],
+    worlds: int,
+    round_: int,
+    source: str,
+    seed: int,
+    mixing: np.ndarray | None = None,
+    init: torch.Tensor | None = None,
+) -> ReferenceModels:
+    """Train ``worlds`` replicas of the run ``cfg`` on draws of the population ``(x, y)`` for
+    ``round_`` rounds (``+1`` for ``"received"``) and return their models of round ``round_``
+    (module docstring). ``mixing``: the target's public gossip matrix (else rebuilt from
+    ``cfg``); ``counts``: the target's local-set sizes; ``init``: one initial model ``[P]`` for
+    every node of every world (default: one seeded initialization per world)."""
+    if cfg.protocol not in AS_GOSSIP:
+        raise AttackError(
+            f"reference worlds cannot replicate protocol '{cfg.protocol}' ({', '.join(AS_GOSSIP)})"
+        )
+    if source not in SOURCES:
+        raise AttackError(f"reference worlds give {', '.join(SOURCES)}, not '{source}'")
+    params, complete = AS_GOSSIP[cfg.protocol](dict(cfg.protocol_params))
+    n = cfg.nodes
+    if len(counts) != n:
+        raise AttackError(f"{len(counts)} local-set sizes for {n} nodes")
+    if complete:
+        w1 = np.full((n, n), 1.0 / n)
+    elif mixing is not None:
+        w1 = np.asarray(mixing, dtype=np.float64)
+    else:
+        w1 = Topology.build(
+            cfg.topology, n=n, seed=derive_seed(cfg.seed, "topology"), mixing=cfg.mixing,
+            mixing_params=cfg.mixing_params or None, **cfg.topology_params,
+        ).mixing  # fmt: skip
+    dtype = DTYPES[cfg.dtype]
+    parts, trained_on = draw_worlds(len(y), counts, worlds, seed)
+    data = _PopulationData(ArrayDataset("population", x.to(dtype), y, n_classes), parts, dtype, seed)
+    ref_cfg = cfg.model_copy(
+        update={"nodes": n * worlds, "protocol": "dpsgd", "protocol_params": params, "seed": seed}
+    )
+    threats = {"ref": build_threat("eavesdropper")} if source == "received" else {}
+    sim = Simulation(
+        ref_cfg,
+        threats=threats,
+        record_rounds=[round_] if threats else None,
+        record_kinds=["model"] if threats else None,
+        data=data,
+        topology=world_topology(w1, worlds),
+    )
+    if init is not None:
+        theta0 = init.to(dtype).expand(n * worlds, -1).clone()
+    else:
+        per_world = n if cfg.common_init else 1  # one initialization per world, or per node
+        seeds = range(n * worlds // per_world)
+        inits = [sim.flat.initial(derive_seed(seed, f"reference_init:{i}"), dtype) for i in seeds]
+        theta0 = torch.stack(inits).repeat_interleave(per_world, dim=0)
+    sim.state = sim.protocol.init_state(theta0.to(sim.device))
+    world_of_node = torch.arange(worlds).repeat_interleave(n)
+    if source == "global_model":
+        sim.run(round_)
+        return ReferenceModels(sim.theta.detach().cpu()[::n].clone(), torch.arange(worlds), trained_on)
+    sim.run(round_ + 1)
+    sent = first_payloads(sim.view("ref"), round_, "model")
+    if len(sent) != n * worlds:
+        raise AttackError(f"the reference worlds sent {len(sent)} of {n * worlds} half-step updates")
+    theta = torch.stack([sent[v] for v in range(n * worlds)])
+    return ReferenceModels(theta.cpu(), world_of_node, trained_on)
