@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_membership_harness import _config
 
-from bench.attacks import AttackError, build_attack
+from bench.attacks import AttackError, Reconstruction, build_attack
 from bench.errors import BenchInputError
 from bench.membership.pool import NON_MEMBER, population
 from bench.membership.reference import draw_worlds, train_reference_worlds, world_topology
@@ -178,3 +178,56 @@ def test_reference_attacks_refuse_bad_parameters_and_missing_inputs():
     cfg = SimulationConfig.model_validate({**_config("fedsgd", 0), "protocol": "pdmm", "protocol_params": {}})
     with pytest.raises(AttackError, match="cannot replicate protocol 'pdmm'"):
         train_reference_worlds(cfg, x, torch.zeros(3, dtype=torch.long), 10, [1] * 16, 2, 1, "received", 0)
+
+
+def test_an_attack_on_several_rounds_is_scored_per_round_at_its_worst_round():
+    """``auc@t`` per round, the headline at the round with the largest AUC (an attacker picks
+    its round), ``epsilon_lb`` the largest over all victims and rounds."""
+    from bench.metrics import DataInfo, Truth, build_metric
+
+    members = torch.tensor([1, 1, 0, 0, 0, 0], dtype=torch.int8)
+    good = torch.tensor([0.9, 0.8, 0.1, 0.2, 0.3, 0.4])  # perfect separation
+    poor = torch.tensor([0.3, 0.8, 0.1, 0.9, 0.2, 0.4])  # 5 of 8 pairs ordered: AUC 0.625
+    recs = [Reconstruction(node=v, round=t, scores=s) for t, s in ((3, poor), (9, good)) for v in (1, 2)]
+    truths = [Truth(r.node, r.round, torch.empty(0), torch.empty(0), members=members) for r in recs]
+    info = DataInfo(mean=(0.0,), std=(1.0,), n_classes=2, prior_x=torch.zeros(1), is_image=False)
+    out = build_metric("membership_auc").compute(recs, truths, info)
+    assert out["auc@3"] == pytest.approx(0.625) and out["auc@9"] == pytest.approx(1.0)
+    assert out["headline"] == out["auc"] == pytest.approx(1.0) and out["round"] == 9.0
+    assert out["victims"] == 2.0
+    one = build_metric("membership_auc").compute(recs[:2], truths[:2], info)
+    assert "auc@3" not in one and one["auc"] == pytest.approx(0.625)
+
+
+def test_the_series_keeps_the_declared_and_the_last_rounds_and_the_scorer_computes_g_err_and_c():
+    """Pasquini et al. Eq. 3 (g_err of the average model) and Eq. 1 (consensus distance),
+    computed by the parent from the states the simulation kept, against a direct computation."""
+    from bench.simulation.metrics import consensus_distance
+    from bench.simulation.utility import evaluate_models
+
+    sim = Simulation(_config("dpsgd", 1), hooks=_Stop(12), series_rounds=[0, 5, 40], series_last=True)
+    kept = {}
+    while not sim.stopped:
+        if sim.round_index in (0, 5, 11):
+            kept[sim.round_index] = sim.theta.clone()
+        sim.run_round(sim.batch(sim.round_index))
+    sim.finish()
+    assert sorted(sim.series) == [0, 5, 11]  # 40 never ran; 11 is the last round
+    for t in kept:
+        assert torch.equal(sim.series[t]["theta"], kept[t])
+    scorer = Scorer(sim.config, sim.data)
+    out = scorer.series(sim.series)
+    nd = sim.data.node_data
+    x, y = nd.x.reshape(-1, *nd.x.shape[2:]), nd.y.reshape(-1)  # 16 samples on every node: no padding
+    for t, theta in kept.items():
+        avg = theta.mean(0)
+        train = evaluate_models(sim.flat, sim.objective.loss_fn, avg, None, x, y, True)["val_acc"]
+        test = evaluate_models(
+            sim.flat, sim.objective.loss_fn, avg, None, sim.data.test_set.x, sim.data.test_set.y, True
+        )["val_acc"]
+        assert out[f"g_err@{t}"] == pytest.approx(train - test, abs=1e-12)
+        assert out[f"consensus@{t}"] == pytest.approx(float(consensus_distance(theta)), rel=1e-9)
+    assert out["consensus@0"] < 1e-9 < out["consensus@11"]  # common init: consensus at round 0
+    assert out["train_acc@11"] > out["train_acc@0"] + 0.3  # it trained
+    with pytest.raises(ValueError, match="shape"):
+        scorer.series({3: {"theta": torch.zeros(2, 2)}})

@@ -12,7 +12,9 @@ Each world starts from its own initialization (common to its nodes when the targ
 Federated protocols run as their gossip equivalent: with full participation and equal local
 sets, FedSGD and FedAvg (``local_steps`` local SGD steps) are D-PSGD on the complete graph with
 ``W = 11ᵀ/n``, since ``(1/n) Σ_v (Θ − η Σ_s ∇L_v(·)) = Θ − η (1/n) Σ_v Σ_s ∇L_v(·)`` is the
-server's averaged update (exact: tested against the FedSGD engine in float64).
+server's averaged update (exact: tested against the FedSGD engine in float64). Full-batch FedSGD
+with equal local sets goes one step further: the mean of the nodes' mean gradients is the mean
+gradient of their union, so each world is a single node holding all of its samples (no mixing).
 
 What a world yields in round ``t`` (``source``):
 
@@ -153,11 +155,30 @@ def train_reference_worlds(
     mixing: np.ndarray | None = None,
     init: torch.Tensor | None = None,
 ) -> ReferenceModels:
-    """Train ``worlds`` replicas of the run ``cfg`` on draws of the population ``(x, y)`` for
-    ``round_`` rounds (``+1`` for ``"received"``) and return their models of round ``round_``
-    (module docstring). ``mixing``: the target's public gossip matrix (else rebuilt from
-    ``cfg``); ``counts``: the target's local-set sizes; ``init``: one initial model ``[P]`` for
-    every node of every world (default: one seeded initialization per world)."""
+    """The reference models of one round (:func:`reference_worlds_at`)."""
+    return reference_worlds_at(cfg, x, y, n_classes, counts, worlds, [round_], source, seed, mixing, init)[
+        round_
+    ]
+
+
+def reference_worlds_at(
+    cfg: SimulationConfig,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_classes: int,
+    counts: list[int],
+    worlds: int,
+    rounds: list[int],
+    source: str,
+    seed: int,
+    mixing: np.ndarray | None = None,
+    init: torch.Tensor | None = None,
+) -> dict[int, ReferenceModels]:
+    """Train ``worlds`` replicas of the run ``cfg`` on draws of the population ``(x, y)`` once,
+    up to the latest of ``rounds`` (``+1`` for ``"received"``), and return their models of each
+    round of ``rounds`` (module docstring). ``mixing``: the target's public gossip matrix (else
+    rebuilt from ``cfg``); ``counts``: the target's local-set sizes; ``init``: one initial model
+    ``[P]`` for every node of every world (default: one seeded initialization per world)."""
     if cfg.protocol not in AS_GOSSIP:
         raise AttackError(
             f"reference worlds cannot replicate protocol '{cfg.protocol}' ({', '.join(AS_GOSSIP)})"
@@ -168,6 +189,15 @@ def train_reference_worlds(
     n = cfg.nodes
     if len(counts) != n:
         raise AttackError(f"{len(counts)} local-set sizes for {n} nodes")
+    if (
+        complete
+        and params.get("local_steps", 1) == 1
+        and params.get("batch_size") is None
+        and len(set(counts)) == 1
+    ):
+        # full-batch FedSGD with equal local sets: the mean of the nodes' mean gradients is the
+        # mean gradient of their union, so a world is one node holding all of its samples
+        n, counts = 1, [sum(counts)]
     if complete:
         w1 = np.full((n, n), 1.0 / n)
     elif mixing is not None:
@@ -183,11 +213,12 @@ def train_reference_worlds(
     ref_cfg = cfg.model_copy(
         update={"nodes": n * worlds, "protocol": "dpsgd", "protocol_params": params, "seed": seed}
     )
+    rounds = sorted(set(rounds))
     threats = {"ref": build_threat("eavesdropper")} if source == "received" else {}
     sim = Simulation(
         ref_cfg,
         threats=threats,
-        record_rounds=[round_] if threats else None,
+        record_rounds=rounds if threats else None,
         record_kinds=["model"] if threats else None,
         data=data,
         topology=world_topology(w1, worlds),
@@ -202,11 +233,18 @@ def train_reference_worlds(
     sim.state = sim.protocol.init_state(theta0.to(sim.device))
     world_of_node = torch.arange(worlds).repeat_interleave(n)
     if source == "global_model":
-        sim.run(round_)
-        return ReferenceModels(sim.theta.detach().cpu()[::n].clone(), torch.arange(worlds), trained_on)
-    sim.run(round_ + 1)
-    sent = first_payloads(sim.view("ref"), round_, "model")
-    if len(sent) != n * worlds:
-        raise AttackError(f"the reference worlds sent {len(sent)} of {n * worlds} half-step updates")
-    theta = torch.stack([sent[v] for v in range(n * worlds)])
-    return ReferenceModels(theta.cpu(), world_of_node, trained_on)
+        out = {}
+        for t in rounds:
+            sim.run(t - sim.round_index)
+            out[t] = ReferenceModels(sim.theta.detach().cpu()[::n].clone(), torch.arange(worlds), trained_on)
+        return out
+    sim.run(rounds[-1] + 1)
+    view = sim.view("ref")
+    out = {}
+    for t in rounds:
+        sent = first_payloads(view, t, "model")
+        if len(sent) != n * worlds:
+            raise AttackError(f"the reference worlds sent {len(sent)} of {n * worlds} half-step updates")
+        theta = torch.stack([sent[v] for v in range(n * worlds)])
+        out[t] = ReferenceModels(theta.cpu(), world_of_node, trained_on)
+    return out

@@ -24,7 +24,10 @@ class MembershipAUC(Metric):
       Jagielski et al. 2020), maximized over thresholds (a nominal confidence level:
       :mod:`bench.membership.epsilon`);
 
-    each averaged over the victims (``epsilon_lb``: the largest).
+    each averaged over the victims (``epsilon_lb``: the largest). An attack that answers for
+    several rounds is scored per round: the reported values are those of the worst round
+    (largest AUC; ``round``), and ``auc@<t>``, ``advantage@<t>`` give the series over rounds
+    (Pasquini et al. plot vulnerability against training progress).
 
     Leakage
     -------
@@ -33,7 +36,7 @@ class MembershipAUC(Metric):
 
     def compute(self, recs: list[Reconstruction], truths: list[Truth], info: DataInfo) -> dict[str, float]:
         check_pairs(recs, truths)
-        rows: list[dict[str, float]] = []
+        by_round: dict[int, list[dict[str, float]]] = {}
         for rec, truth in zip(recs, truths, strict=True):
             if rec.scores is None or truth.members is None:
                 raise ValueError(f"node {rec.node}: a membership metric needs membership scores")
@@ -46,14 +49,28 @@ class MembershipAUC(Metric):
                 continue  # a node without training samples (or no non-members) has nothing to score
             row = membership_metrics(scores, members)
             row["epsilon_lb"] = epsilon_lower_bound(scores, members)
-            rows.append(row)
-        if not rows:
+            by_round.setdefault(rec.round, []).append(row)
+        if not by_round:
             raise ValueError("no victim with both members and non-members to score")
-        out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "epsilon_lb"}
-        out["epsilon_lb"] = float(max(r["epsilon_lb"] for r in rows))
+        per_round = {t: _victim_mean(rows) for t, rows in sorted(by_round.items())}
+        worst = max(per_round, key=lambda t: (per_round[t]["auc"], t))
+        out = dict(per_round[worst])
+        out["epsilon_lb"] = max(r["epsilon_lb"] for rows in by_round.values() for r in rows)
         out["headline"] = out["auc"]
-        out["victims"] = float(len(rows))
+        out["victims"] = float(len(by_round[worst]))
+        out["round"] = float(worst)
+        if len(per_round) > 1:  # the series: vulnerability against round
+            for t, values in per_round.items():
+                out[f"auc@{t}"] = values["auc"]
+                out[f"advantage@{t}"] = values["advantage"]
         return out
 
     def leakage(self, values: dict[str, float]) -> float:
         return leakage_from_auc(values["headline"])
+
+
+def _victim_mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    """The mean over victims of each value (``epsilon_lb``: the largest)."""
+    out = {k: float(np.mean([r[k] for r in rows])) for k in rows[0] if k != "epsilon_lb"}
+    out["epsilon_lb"] = float(max(r["epsilon_lb"] for r in rows))
+    return out

@@ -81,7 +81,28 @@ def record_plan(attacks: dict[str, list[PlannedAttack]]) -> dict[str, Any]:
         rounds = "all"  # the transcript grows with the run: such tasks stay small
     kinds_sets = [req.kinds for req in needs]
     kinds = None if any(k is None for k in kinds_sets) else sorted({k for ks in kinds_sets for k in ks or ()})
-    return {"rounds": rounds, "kinds": kinds, "totals": sorted({k for req in needs for k in req.totals})}
+    return {
+        "rounds": rounds,
+        "kinds": kinds,
+        "totals": sorted({k for req in needs for k in req.totals}),
+        "series": series_plan(attacks),
+    }
+
+
+def series_plan(attacks: dict[str, list[PlannedAttack]]) -> dict[str, Any]:
+    """The rounds of the scorer's per-round series: every round a membership attack scores
+    (``"last"``: the last round the run ran), where the states of all nodes are kept so that the
+    parent computes the generalization error and the consensus distance itself."""
+    rounds: set[int] = set()
+    last = False
+    for lst in attacks.values():
+        for p in lst:
+            if "membership_auc" not in p.attack.metrics:
+                continue
+            listed = getattr(p.attack, "rounds", [])
+            rounds |= {int(r) for r in listed if isinstance(r, int)}
+            last = last or "last" in listed
+    return {"rounds": sorted(rounds), "last": last}
 
 
 @dataclass
@@ -200,6 +221,7 @@ def run_job(
             raise BenchInputError(f"task '{task.name}'.utility.metric", task.utility.metric, choices=utility)
         metrics = {
             **utility,
+            **scorer.series(sim.get("series") or {}),
             "rounds": float(int(sim.get("rounds", 0))),
             "evaluations": float(int(sim.get("evaluations", 0))),
         }

@@ -27,7 +27,8 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
     request:
         ``task`` (the task spec as JSON), ``seed``, ``defense`` (``name``, ``params``,
         ``source``: the plugin's bytes as a :func:`~bench.wire.blob`, ``root``), ``record``
-        (``rounds``: a list or ``"all"``, ``kinds``: a list or ``None``, ``totals``),
+        (``rounds``: a list or ``"all"``, ``kinds``: a list or ``None``, ``totals``, ``series``:
+        ``{"rounds": [...], "last": bool}``, the states kept for the scorer's series),
         ``progress`` (Lightning's bar), ``log_dir``.
 
     Returns
@@ -36,7 +37,8 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         ``status`` (``"ok"`` or ``"diverged"`` with ``reason``); when ok: ``views``
         (threat → the serialized View as a blob), ``theta [N, P]``, ``global [P]`` or
         ``None``, ``rounds``,
-        ``evaluations``, ``device``, ``accounting``.
+        ``evaluations``, ``device``, ``accounting``, ``series`` (``round -> {"theta", "global"?}``:
+        the states at the start of ``record["series"]``'s rounds).
     """
     quiet_lightning()
     task = TaskSpec.model_validate_json(request["task"])
@@ -51,6 +53,8 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         record_rounds=record["rounds"],
         record_kinds=record["kinds"],
         record_totals=record["totals"],
+        series_rounds=record.get("series", {}).get("rounds", ()),
+        series_last=bool(record.get("series", {}).get("last", False)),
     )
     log_dir = request.get("log_dir")
     try:
@@ -72,4 +76,5 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         "evaluations": len(module.history),
         "device": str(sim.device),
         "accounting": defense.accounting(),
+        "series": {int(t): {k: v.cpu() for k, v in snap.items()} for t, snap in sim.series.items()},
     }

@@ -115,6 +115,35 @@ class Scorer:
         metrics["consensus"] = float(consensus_distance(theta))
         return metrics
 
+    def series(self, snapshots: dict[int, dict[str, Any]]) -> dict[str, float]:
+        """Per-round series from the states the simulation kept (``round -> {"theta", "global"?}``),
+        computed here: ``g_err@t = acc(X, Θ̄^t) − acc(O, Θ̄^t)`` (Pasquini et al. 2023, Eq. 3: ``X``
+        every node's training samples, ``O`` the test split, ``Θ̄^t`` the average model — the
+        global model in FL), ``train_acc@t``, ``test_acc@t`` and the consensus distance
+        ``consensus@t`` (Eq. 1)."""
+        out: dict[str, float] = {}
+        if not snapshots or self.data.train_set.n_classes == 0:
+            return out
+        nd = self.data.node_data
+        valid = torch.arange(nd.max_local)[None, :] < nd.counts[:, None]
+        train_x, train_y = nd.x[valid], nd.y[valid]
+        test = self.data.test_set
+        loss = LOSSES.get(self.loss_name, field="loss")
+        dtype = DTYPES[self.cfg.dtype]
+        for t, snap in sorted(snapshots.items()):
+            if not isinstance(snap, dict):
+                raise ValueError(f"the simulation returned a malformed series entry for round {t}")
+            self.check_models(snap.get("theta"), snap.get("global"))
+            theta = snap["theta"].to(dtype)
+            avg = average_model(theta, None if snap.get("global") is None else snap["global"].to(dtype))
+            train = evaluate_models(self.flat, loss, avg, None, train_x, train_y, True)["val_acc"]
+            held = evaluate_models(self.flat, loss, avg, None, test.x, test.y, True)["val_acc"]
+            out[f"train_acc@{int(t)}"] = train
+            out[f"test_acc@{int(t)}"] = held
+            out[f"g_err@{int(t)}"] = train - held
+            out[f"consensus@{int(t)}"] = float(consensus_distance(theta))
+        return out
+
     # ---------------------------------------------------------------------------- truth
     @cached_property
     def pool(self) -> CandidatePool:

@@ -94,6 +94,11 @@ class Simulation:
         A prebuilt topology of ``config.nodes`` nodes for a decentralized protocol, used instead
         of building ``config.topology`` (e.g. the disconnected replicas of a membership attack's
         reference worlds, :mod:`bench.membership.reference`).
+    series_rounds, series_last:
+        Rounds at whose start every node's state (and the global model) is kept in
+        :attr:`series` — with ``series_last``, also the last round the run ran — for the scorer's
+        per-round series (generalization error and consensus distance at the rounds a
+        membership attack scores).
     """
 
     def __init__(
@@ -108,6 +113,8 @@ class Simulation:
         data: RunData | None = None,
         init_state: bool = True,
         topology: Topology | None = None,
+        series_rounds: Iterable[int] = (),
+        series_last: bool = False,
     ) -> None:
         cfg = config if isinstance(config, SimulationConfig) else SimulationConfig(**config)
         self.hooks = hooks or DefenseHooks()
@@ -177,6 +184,11 @@ class Simulation:
         self.round_index = 0
         self.stopped = False
         self._full_cache: NodeBatch | None = None
+        self.series_rounds = frozenset(int(r) for r in series_rounds)
+        self.series_last = bool(series_last)
+        #: ``round -> {"theta": [N, P], "global": [P]?}`` at the start of the declared rounds
+        self.series: dict[int, dict[str, torch.Tensor]] = {}
+        self._latest: tuple[int, dict[str, torch.Tensor]] | None = None
 
     # ----------------------------------------------------------------------------- set-up
     def _initial_parameters(self) -> torch.Tensor:
@@ -258,6 +270,11 @@ class Simulation:
         t = self.round_index
         if self.transcript.wants(t):
             self.transcript.record_states(t, self.state["theta"])
+        if t in self.series_rounds or self.series_last:
+            snapshot = {k: self.state[k].detach().clone() for k in ("theta", "global") if k in self.state}
+            if t in self.series_rounds:
+                self.series[t] = snapshot
+            self._latest = (t, snapshot)
         if batch is not None:
             batch = batch.to(self.device)
         metrics = self.protocol.round(t, self.state, batch)
@@ -279,6 +296,8 @@ class Simulation:
         round ``T`` is declared or running totals are kept: an attacker's anchor is its model
         after the last round."""
         self.transcript.record_states(self.round_index, self.state["theta"], final=True)
+        if self.series_last and self._latest is not None:
+            self.series[self._latest[0]] = self._latest[1]
 
     # ----------------------------------------------------------------------------- metrics
     @property

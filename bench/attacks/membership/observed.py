@@ -10,11 +10,12 @@ membership attacks).
   Algorithm 2's normalization with ``include_self=False``; :mod:`bench.membership.marginalization`),
   which needs the coalition's own update of the round, recovered from its next state.
 
-Rounds: a list of round indices, or ``"last"`` — the last round the run actually ran, whatever
-stopped it (a fixed-round attack would find nothing to attack under early stopping). ``"last"``
-reads the last round's observed batch that the transcript's running total of the source's
-message kind keeps (:class:`~bench.simulation.transcript.RunningTotal`), so no round needs to be
-declared in advance; the coalition's final state comes with it (Eq. 6).
+Rounds: a list of round indices and/or ``"last"`` — the last round the run actually ran,
+whatever stopped it (a fixed-round attack would find nothing to attack under early stopping;
+listed rounds after the last one are then left out). ``"last"`` reads the last round's observed
+batch that the transcript's running total of the source's message kind keeps
+(:class:`~bench.simulation.transcript.RunningTotal`), so no round needs to be declared in
+advance; the coalition's final state comes with it (Eq. 6).
 """
 
 from __future__ import annotations
@@ -35,44 +36,53 @@ LAST = "last"
 KINDS = {"global_model": "global_model", "received": "model", "marginalized": "model"}
 
 
-def check_rounds(rounds: object) -> list[int] | str:
-    """``rounds`` validated: a non-empty list of round indices, or ``"last"``."""
+def check_rounds(rounds: object) -> list[int | str]:
+    """``rounds`` validated: a non-empty list of round indices and/or ``"last"``, or ``"last"``
+    alone (normalized to a list)."""
     if rounds == LAST:
-        return LAST
+        return [LAST]
     require(
         isinstance(rounds, (list, tuple))
         and len(rounds) > 0
-        and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in rounds),
+        and all(r == LAST or (isinstance(r, int) and not isinstance(r, bool) and r >= 0) for r in rounds),
         "attack.rounds",
         rounds,
-        "must be a non-empty list of round indices, or 'last'",
+        "must be a non-empty list of round indices (and/or 'last'), or 'last'",
     )
-    return [int(r) for r in rounds]  # type: ignore[union-attr]
+    ints = sorted({int(r) for r in rounds if r != LAST})  # type: ignore[union-attr]
+    return [*ints, LAST] if LAST in rounds else list(ints)  # type: ignore[operator]
 
 
-def requirement(rounds: list[int] | str, source: str, include_self: bool = True) -> Requirement:
+def fixed_rounds(rounds: list[int | str]) -> list[int]:
+    """The explicit round indices of ``rounds`` (without ``"last"``)."""
+    return [int(r) for r in rounds if r != LAST]
+
+
+def requirement(rounds: list[int | str], source: str, include_self: bool = True) -> Requirement:
     """The attacked rounds' messages (and, for Eq. 6 marginalization, the coalition's state
-    after each round: :func:`own_update`); for ``"last"``, the running total of the source's
-    kind (module docstring)."""
-    if rounds == LAST:
-        return Requirement(rounds=(), kinds=(KINDS[source],), totals=(KINDS[source],))
-    needed = set(rounds)
+    after each round: :func:`own_update`); with ``"last"``, also the running total of the
+    source's kind (module docstring)."""
+    needed = set(fixed_rounds(rounds))
     if source == "marginalized" and include_self:
-        needed |= {r + 1 for r in rounds}
-    return Requirement(rounds=tuple(sorted(needed)), kinds=(KINDS[source],))
+        needed |= {r + 1 for r in needed}
+    totals = (KINDS[source],) if LAST in rounds else ()
+    return Requirement(rounds=tuple(sorted(needed)), kinds=(KINDS[source],), totals=totals)
 
 
-def resolve_rounds(view: View, rounds: list[int] | str, source: str) -> list[int]:
-    """The attacked round indices; ``"last"`` becomes the last observed round, whose batch is
-    put back among the View's messages (the View is the attack's own copy)."""
-    if rounds != LAST:
-        return list(rounds)
+def resolve_rounds(view: View, rounds: list[int | str], source: str) -> list[int]:
+    """The attacked round indices. ``"last"`` becomes the last observed round, whose batch is
+    put back among the View's messages (the View is the attack's own copy); then listed rounds
+    after it — which a run stopped early never reached — are left out."""
+    fixed = fixed_rounds(rounds)
+    if LAST not in rounds:
+        return fixed
     total = view.totals.get(KINDS[source])
     if total is None:
         raise AttackError(f"no '{KINDS[source]}' message observed in any round")
-    if not view.select(total.last_round, KINDS[source]):
+    last = int(total.last_round)
+    if not view.select(last, KINDS[source]):
         view.messages.append(total.last)
-    return [int(total.last_round)]
+    return sorted({r for r in fixed if r <= last} | {last})
 
 
 def observed_models(view: View, t: int, source: str, include_self: bool = True) -> dict[int, torch.Tensor]:

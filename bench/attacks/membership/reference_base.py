@@ -20,7 +20,7 @@ from bench.attacks.base import Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.gradients import architecture, flat_model
 from bench.attacks.membership.observed import check_rounds, requirement, resolve_rounds, stacked_targets
 from bench.errors import require
-from bench.membership.reference import SOURCES, ReferenceModels, train_reference_worlds
+from bench.membership.reference import SOURCES, ReferenceModels, reference_worlds_at
 from bench.registry_utils import require_choice
 from bench.simulation.config import SimulationConfig
 from bench.simulation.flat import FlatModel
@@ -70,7 +70,7 @@ class ReferenceAttack(Attack):
 
     def __init__(
         self,
-        rounds: list[int] | tuple[int, ...] | str = (0,),
+        rounds: list[int | str] | str = (0,),
         source: str = "global_model",
         worlds: int = 16,
         population_size: int | None = None,
@@ -118,26 +118,25 @@ class ReferenceAttack(Attack):
         held_x, held_y = pop_x[: self.reserve].to(x.dtype), pop_y[: self.reserve]
         n_classes = int(architecture(view).get("n_classes", 0))
         seed = int(torch.randint(0, 2**31 - 1, ()))
+        rounds = resolve_rounds(view, self.rounds, self.source)
+        targets = {t: stacked_targets(view, t, self.source) for t in rounds}
+        refs_at = reference_worlds_at(
+            cfg,
+            train_x,
+            train_y,
+            n_classes,
+            [int(c) for c in population["counts"]],
+            self.worlds,
+            rounds,
+            self.source,
+            seed,
+            mixing=mixing,
+        )
+        trained, held = (train_x.to(x.dtype), train_y), (held_x, held_y)
         out = []
-        for t in resolve_rounds(view, self.rounds, self.source):
-            victims, theta = stacked_targets(view, t, self.source)
-            refs = train_reference_worlds(
-                cfg,
-                train_x,
-                train_y,
-                n_classes,
-                [int(c) for c in population["counts"]],
-                self.worlds,
-                t,
-                self.source,
-                seed,
-                mixing=mixing,
-            )
-            scores = self.score(
-                ScoreInputs(
-                    model, theta.to(x.dtype), refs, x, y, (train_x.to(x.dtype), train_y), (held_x, held_y)
-                )
-            )
+        for t in rounds:
+            victims, theta = targets[t]
+            scores = self.score(ScoreInputs(model, theta.to(x.dtype), refs_at[t], x, y, trained, held))
             out += [Reconstruction(node=v, round=t, scores=s) for v, s in zip(victims, scores, strict=True)]
         return out
 

@@ -57,7 +57,7 @@ class MembershipThreshold(Attack):
 
     def __init__(
         self,
-        rounds: list[int] | tuple[int, ...] | str = (0,),
+        rounds: list[int | str] | str = (0,),
         source: str = "global_model",
         signal: str = "mentr",
         include_self: bool = True,
