@@ -147,7 +147,7 @@ def run_target(seed: int, rounds: int) -> tuple[Simulation, Scorer, int, torch.T
         sim.run_round(sim.batch(r))
     sim.finish()
     view = sim.view("a")
-    (t,) = resolve_rounds(view, "last", "global_model")
+    (t,) = resolve_rounds(view, ["last"], "global_model")
     victims, theta = stacked_targets(view, t, "global_model")
     return sim, Scorer(sim.config, sim.data), t, theta, victims
 

@@ -9,7 +9,12 @@ from test_membership_harness import _config
 from bench.attacks import AttackError, Reconstruction, build_attack
 from bench.errors import BenchInputError
 from bench.membership.pool import NON_MEMBER, population
-from bench.membership.reference import draw_worlds, train_reference_worlds, world_topology
+from bench.membership.reference import (
+    ReferenceWorldError,
+    draw_worlds,
+    train_reference_worlds,
+    world_topology,
+)
 from bench.runner.truth import Scorer
 from bench.simulation import Simulation
 from bench.simulation.config import SimulationConfig
@@ -55,7 +60,7 @@ def test_world_draws_and_topology():
     for k in range(4):
         mine = torch.cat(parts[2 * k : 2 * k + 2])
         assert len(set(mine.tolist())) == 8 and trained_on[k, mine].all() and int(trained_on[k].sum()) == 8
-    with pytest.raises(AttackError, match="needs 8 population samples"):
+    with pytest.raises(ReferenceWorldError, match="needs 8 population samples"):
         draw_worlds(7, [3, 5], 2, seed=0)
     w = np.full((3, 3), 1 / 3)
     topo = world_topology(w, 2)
@@ -147,12 +152,14 @@ def test_offline_lira_beats_the_loss_attack_at_low_false_positive_rates():
 
 def test_the_last_round_is_attacked_when_early_stopping_ends_the_run():
     """``rounds: last`` follows the run: early stopping after 30 rounds → round 29 is attacked
-    (a fixed round 199 would find nothing), for the threshold, LiRA and RMIA attacks."""
+    (a fixed round 199 would find nothing), for the threshold (Mentr, gradient norm), LiRA and
+    RMIA attacks."""
     metrics = _scores(
         "dpsgd",
         0,
         [
             ("membership_threshold", {"source": "marginalized"}),
+            ("membership_threshold", {"source": "marginalized", "signal": "grad_norm"}),
             ("membership_lira", {"source": "received", "worlds": 4}),
             ("membership_rmia", {"source": "received", "worlds": 4}),
         ],
@@ -176,7 +183,7 @@ def test_reference_attacks_refuse_bad_parameters_and_missing_inputs():
     with pytest.raises(AttackError, match="population data"):
         build_attack("membership_lira", rounds=[0]).run(sim.view("a"), x, torch.zeros(3, dtype=torch.long))
     cfg = SimulationConfig.model_validate({**_config("fedsgd", 0), "protocol": "pdmm", "protocol_params": {}})
-    with pytest.raises(AttackError, match="cannot replicate protocol 'pdmm'"):
+    with pytest.raises(ReferenceWorldError, match="cannot replicate protocol 'pdmm'"):
         train_reference_worlds(cfg, x, torch.zeros(3, dtype=torch.long), 10, [1] * 16, 2, 1, "received", 0)
 
 
@@ -231,3 +238,63 @@ def test_the_series_keeps_the_declared_and_the_last_rounds_and_the_scorer_comput
     assert out["train_acc@11"] > out["train_acc@0"] + 0.3  # it trained
     with pytest.raises(ValueError, match="shape"):
         scorer.series({3: {"theta": torch.zeros(2, 2)}})
+
+
+def test_fedavg_worlds_follow_local_steps_and_the_server_attacks_the_clients_local_models():
+    """FedAvg's gossip form keeps its local steps (one client, full batch: the world's model is
+    FedAvg's global model in float64), and a curious server scores each client's returned local
+    model (``source: local_model``) with the threshold attack and with LiRA."""
+    cfg = SimulationConfig.model_validate(
+        {**_config("fedsgd", 3), "dtype": "float64", "nodes": 1, "protocol": "fedavg",
+         "protocol_params": {"lr": 0.3, "local_steps": 3}}
+    )  # fmt: skip
+    sim = Simulation(cfg)
+    theta0 = sim.theta[0].clone()
+    sim.run(4)
+    nd = sim.data.node_data
+    ref = train_reference_worlds(cfg, nd.x[0], nd.y[0], 10, [16], 1, 4, "global_model", seed=1, init=theta0)
+    assert torch.allclose(ref.theta[0], sim.state["global"], atol=1e-13, rtol=0)
+
+    cfg = {**_config("fedsgd", 0), "protocol": "fedavg", "protocol_params": {"lr": 0.5, "local_steps": 2}}
+    sim = Simulation(cfg, threats={"s": build_threat("server")}, record_totals=["local_model"])
+    sim.run(60)
+    scorer = Scorer(sim.config, sim.data)
+    pool = scorer.candidates()
+    for name, extra in (("membership_threshold", {}), ("membership_lira", {"worlds": 4})):
+        attack = build_attack(name, rounds="last", source="local_model", **extra)
+        kwargs = {"population": scorer.population()} if extra else {}
+        recs = attack.run(sim.view("s"), pool["x"], pool["y"], **kwargs)
+        assert sorted(r.node for r in recs) == list(range(16)) and {r.round for r in recs} == {59}
+        wire = {"status": "ok", "reconstructions": [r.to_wire() for r in recs]}
+        outcome = scorer.score("s", name, attack.metrics, wire, None)
+        assert outcome.status == "ok" and outcome.metrics["membership_auc.auc"] > 0.6, outcome
+
+
+def test_online_worlds_put_every_candidate_in_half_of_them_and_online_lira_runs_in_the_harness():
+    """Carlini et al. 2022 Algorithm 1: each candidate in exactly K/2 worlds (filled up from the
+    population, or cut to the world's size); online LiRA beats the loss attack in AUC."""
+    from bench.membership.reference import draw_online_worlds
+
+    parts, trained_on = draw_online_worlds(10, 50, [4, 4], 6, seed=0)
+    assert [len(p) for p in parts] == [4, 4] * 6
+    assert trained_on[:, :10].sum(0).tolist() == [3] * 10  # 5 candidates per world, 3 fills
+    assert trained_on.sum(1).tolist() == [8] * 6
+    parts, trained_on = draw_online_worlds(20, 50, [4, 4], 6, seed=0)  # 10 candidates > 8 slots
+    assert trained_on[:, :20].sum(1).tolist() == [8] * 6 and not trained_on[:, 20:].any()
+    attacks = [
+        ("membership_lira", {"online": True, "worlds": 8}),
+        ("membership_threshold", {"signal": "loss"}),
+    ]
+    online, loss = (m["membership_auc.auc"] for m in _scores("fedsgd", 0, attacks))
+    assert online > loss > 0.55
+
+
+@pytest.mark.parametrize("protocol", ["fedsgd", "dpsgd"])
+def test_a_threshold_calibrated_on_the_attackers_own_data_is_reported_below_the_oracle(protocol):
+    """Pasquini et al.'s oracle threshold uses the labels; the attacker's own threshold (its
+    training samples against population samples) can only do worse on the victims, and still
+    beats chance on this overfitting task."""
+    source = "global_model" if protocol == "fedsgd" else "received"
+    (m,) = _scores(protocol, 0, [("membership_threshold", {"source": source, "calibrate": True})])
+    oracle, calibrated = m["membership_auc.advantage"], m["membership_auc.calibrated_advantage"]
+    assert 0.0 < calibrated <= oracle

@@ -21,7 +21,9 @@ What a world yields in round ``t`` (``source``):
 * ``"global_model"`` — the world's model ``Θ^t`` (the FL global model a user receives), one per
   world;
 * ``"received"`` — every node's half-step update ``Θ_v^{t+1/2}`` (what D-PSGD neighbours
-  receive, Pasquini et al. 2023 §4.1.1), ``n`` per world.
+  receive, Pasquini et al. 2023 §4.1.1), ``n`` per world; ``"local_model"`` — the same models of
+  a FedAvg world (a client's local model after its local steps is the half-step update of the
+  gossip form).
 
 Every reference model is *out* for every candidate (the offline attacks). Limitation, stated
 where the scores are reported: reference worlds follow the task's **undefended** recipe —
@@ -38,17 +40,32 @@ import networkx as nx
 import numpy as np
 import torch
 
-from bench.attacks.base import AttackError
-from bench.attacks.gradients import first_payloads
 from bench.data.dataset import ArrayDataset
 from bench.data.stacked import NodeData, derive_seed
+from bench.membership.lira import half_splits
 from bench.simulation.config import DTYPES, SimulationConfig
 from bench.simulation.engine import Simulation
 from bench.simulation.run_data import RunData
 from bench.threats import build_threat
 from bench.topology import Topology
 
-SOURCES = ("global_model", "received")
+SOURCES = ("global_model", "local_model", "received")
+
+
+class ReferenceWorldError(ValueError):
+    """The reference worlds cannot be built as asked (the attacks report it as a failed attack:
+    :class:`~bench.attacks.base.AttackError`). Its own class keeps this library free of imports
+    from :mod:`bench.attacks`, which imports it."""
+
+
+def _sent_models(view: Any, t: int) -> dict[int, torch.Tensor]:
+    """``sender -> its "model" message`` of round ``t`` in an eavesdropper's view of the worlds
+    (every node broadcasts one half-step update; the first row per sender is kept)."""
+    out: dict[int, torch.Tensor] = {}
+    for batch in view.select(t, "model"):
+        for row, sender in enumerate(batch.senders.tolist()):
+            out.setdefault(int(sender), batch.payload[row])
+    return out
 
 
 @dataclass(frozen=True)
@@ -77,7 +94,7 @@ def _gossip_fedsgd(p: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 def _gossip_fedavg(p: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     _full_participation(p)
     if p.get("local_epochs") is not None:
-        raise AttackError("reference worlds of FedAvg need local_steps, not local_epochs")
+        raise ReferenceWorldError("reference worlds of FedAvg need local_steps, not local_epochs")
     return {
         "lr": p.get("lr", 0.1),
         "batch_size": p.get("batch_size"),
@@ -87,7 +104,7 @@ def _gossip_fedavg(p: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 
 def _full_participation(p: dict[str, Any]) -> None:
     if float(p.get("client_fraction", 1.0)) != 1.0:
-        raise AttackError("reference worlds of a federated protocol need full participation")
+        raise ReferenceWorldError("reference worlds of a federated protocol need full participation")
 
 
 #: protocol → its D-PSGD form (``protocol_params``, whether the graph is complete with 11ᵀ/n)
@@ -121,6 +138,34 @@ def world_topology(mixing: np.ndarray, worlds: int) -> Topology:
     return Topology(graph, w, "reference_worlds", "given", {"n": n * worlds, "worlds": worlds})
 
 
+def draw_online_worlds(
+    n_candidates: int, n_population: int, counts: list[int], worlds: int, seed: int
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Online worlds (Carlini et al. 2022, Algorithm 1): every candidate is in exactly half of
+    the worlds (:func:`bench.membership.lira.half_splits`); a world holding fewer candidates
+    than its ``Σ counts`` samples is filled from the population, one holding more keeps a random
+    ``Σ counts`` of them. Indices are into ``[candidates; population]``; returns the parts of all
+    ``worlds · n`` nodes and ``trained_on [K, C + Q]``."""
+    need = sum(counts)
+    gen = torch.Generator().manual_seed(derive_seed(seed, "reference_online"))
+    halves = half_splits(worlds, n_candidates, gen)
+    parts: list[torch.Tensor] = []
+    trained_on = torch.zeros(worlds, n_candidates + n_population, dtype=torch.bool)
+    for k in range(worlds):  # set-up only: K draws
+        mine = halves[k].nonzero().squeeze(1)
+        mine = mine[torch.randperm(len(mine), generator=gen)][:need]
+        fill = need - len(mine)
+        if fill > n_population:
+            raise ReferenceWorldError(
+                f"an online world needs {fill} population samples; the attacker has {n_population}"
+            )
+        extra = n_candidates + torch.randperm(n_population, generator=gen)[:fill]
+        draw = torch.cat([mine, extra])[torch.randperm(need, generator=gen)]
+        trained_on[k, draw] = True
+        parts += list(torch.split(draw, counts))
+    return parts, trained_on
+
+
 def draw_worlds(
     n_population: int, counts: list[int], worlds: int, seed: int
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -129,7 +174,7 @@ def draw_worlds(
     ``worlds · n`` nodes and the mask ``trained_on [K, Q]``."""
     need = sum(counts)
     if need > n_population:
-        raise AttackError(
+        raise ReferenceWorldError(
             f"a reference world needs {need} population samples; the attacker has {n_population}"
         )
     gen = torch.Generator().manual_seed(derive_seed(seed, "reference_worlds"))
@@ -173,30 +218,35 @@ def reference_worlds_at(
     seed: int,
     mixing: np.ndarray | None = None,
     init: torch.Tensor | None = None,
+    online_candidates: int = 0,
 ) -> dict[int, ReferenceModels]:
     """Train ``worlds`` replicas of the run ``cfg`` on draws of the population ``(x, y)`` once,
     up to the latest of ``rounds`` (``+1`` for ``"received"``), and return their models of each
     round of ``rounds`` (module docstring). ``mixing``: the target's public gossip matrix (else
     rebuilt from ``cfg``); ``counts``: the target's local-set sizes; ``init``: one initial model
-    ``[P]`` for every node of every world (default: one seeded initialization per world)."""
+    ``[P]`` for every node of every world (default: one seeded initialization per world);
+    ``online_candidates``: the first that many rows of ``(x, y)`` are the candidates, each put in
+    half of the worlds (:func:`draw_online_worlds`; default 0: offline, :func:`draw_worlds`)."""
     if cfg.protocol not in AS_GOSSIP:
-        raise AttackError(
+        raise ReferenceWorldError(
             f"reference worlds cannot replicate protocol '{cfg.protocol}' ({', '.join(AS_GOSSIP)})"
         )
     if source not in SOURCES:
-        raise AttackError(f"reference worlds give {', '.join(SOURCES)}, not '{source}'")
+        raise ReferenceWorldError(f"reference worlds give {', '.join(SOURCES)}, not '{source}'")
     params, complete = AS_GOSSIP[cfg.protocol](dict(cfg.protocol_params))
     n = cfg.nodes
     if len(counts) != n:
-        raise AttackError(f"{len(counts)} local-set sizes for {n} nodes")
+        raise ReferenceWorldError(f"{len(counts)} local-set sizes for {n} nodes")
     if (
         complete
         and params.get("local_steps", 1) == 1
         and params.get("batch_size") is None
         and len(set(counts)) == 1
+        and source == "global_model"
     ):
         # full-batch FedSGD with equal local sets: the mean of the nodes' mean gradients is the
-        # mean gradient of their union, so a world is one node holding all of its samples
+        # mean gradient of their union, so a world's global model is that of one node holding
+        # all of its samples
         n, counts = 1, [sum(counts)]
     if complete:
         w1 = np.full((n, n), 1.0 / n)
@@ -208,13 +258,17 @@ def reference_worlds_at(
             mixing_params=cfg.mixing_params or None, **cfg.topology_params,
         ).mixing  # fmt: skip
     dtype = DTYPES[cfg.dtype]
-    parts, trained_on = draw_worlds(len(y), counts, worlds, seed)
+    if online_candidates:
+        c = online_candidates
+        parts, trained_on = draw_online_worlds(c, len(y) - c, counts, worlds, seed)
+    else:
+        parts, trained_on = draw_worlds(len(y), counts, worlds, seed)
     data = _PopulationData(ArrayDataset("population", x.to(dtype), y, n_classes), parts, dtype, seed)
     ref_cfg = cfg.model_copy(
         update={"nodes": n * worlds, "protocol": "dpsgd", "protocol_params": params, "seed": seed}
     )
     rounds = sorted(set(rounds))
-    threats = {"ref": build_threat("eavesdropper")} if source == "received" else {}
+    threats = {"ref": build_threat("eavesdropper")} if source != "global_model" else {}
     sim = Simulation(
         ref_cfg,
         threats=threats,
@@ -242,9 +296,11 @@ def reference_worlds_at(
     view = sim.view("ref")
     out = {}
     for t in rounds:
-        sent = first_payloads(view, t, "model")
+        sent = _sent_models(view, t)
         if len(sent) != n * worlds:
-            raise AttackError(f"the reference worlds sent {len(sent)} of {n * worlds} half-step updates")
+            raise ReferenceWorldError(
+                f"the reference worlds sent {len(sent)} of {n * worlds} half-step updates"
+            )
         theta = torch.stack([sent[v] for v in range(n * worlds)])
         out[t] = ReferenceModels(theta.cpu(), world_of_node, trained_on)
     return out

@@ -8,6 +8,7 @@ import torch
 from bench.attacks.base import Reconstruction
 from bench.membership.epsilon import epsilon_lower_bound
 from bench.membership.metrics import leakage_from_auc, membership_metrics
+from bench.membership.thresholds import apply_threshold
 from bench.metrics.base import METRICS, DataInfo, Metric, Truth
 from bench.metrics.vector import check_pairs
 
@@ -19,7 +20,10 @@ class MembershipAUC(Metric):
 
     * ``auc`` — area under the ROC (torchmetrics), the headline;
     * ``tpr@0.001``, ``tpr@0.01`` — TPR at low FPR (Carlini et al. 2022);
-    * ``advantage`` — Pasquini et al.'s ``M − 0.5`` with the oracle threshold;
+    * ``advantage`` — Pasquini et al.'s ``M − 0.5`` with the oracle threshold (it uses the
+      membership labels: an upper bound on a threshold attacker);
+    * ``calibrated_advantage`` — ``M − 0.5`` at the threshold the attacker picked from its own
+      data (``extra["threshold"]``, when the attack answers one);
     * ``epsilon_lb`` — the empirical ε lower bound (Clopper–Pearson, α = 0.05, δ = 0;
       Jagielski et al. 2020), maximized over thresholds (a nominal confidence level:
       :mod:`bench.membership.epsilon`);
@@ -49,6 +53,10 @@ class MembershipAUC(Metric):
                 continue  # a node without training samples (or no non-members) has nothing to score
             row = membership_metrics(scores, members)
             row["epsilon_lb"] = epsilon_lower_bound(scores, members)
+            if "threshold" in rec.extra:  # the attacker's own threshold, next to the oracle one
+                row["calibrated_advantage"] = apply_threshold(
+                    scores, members, rec.extra["threshold"], "calibrated"
+                ).advantage
             by_round.setdefault(rec.round, []).append(row)
         if not by_round:
             raise ValueError("no victim with both members and non-members to score")

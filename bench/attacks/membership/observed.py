@@ -4,6 +4,9 @@ membership attacks).
 * ``"global_model"`` — FL: the global model ``θ(t)`` a curious user (``fl_user``) receives in
   round ``t``; every other node is a victim, evaluated on the same model (Pasquini et al. 2023
   §3, ``A^FL_user``);
+* ``"local_model"`` — FedAvg: each client's local model ``θ_c(t)`` after its local steps, as
+  the server (or an eavesdropper) receives it (the individual update Pasquini et al. §1.3 note
+  the server sees);
 * ``"received"`` — D-PSGD: each neighbour's half-step update ``Θ_v^{t+1/2}`` the coalition
   receives in round ``t`` (§4.1.1);
 * ``"marginalized"`` — D-PSGD: the same update after functional marginalization (Eq. 6, or
@@ -29,11 +32,16 @@ from bench.membership.marginalization import marginalize
 from bench.simulation.messages import SERVER
 from bench.threats import View
 
-SOURCES = ("global_model", "received", "marginalized")
+SOURCES = ("global_model", "local_model", "received", "marginalized")
 #: the ``rounds`` value that attacks the last round the run ran
 LAST = "last"
 #: the message kind each source reads
-KINDS = {"global_model": "global_model", "received": "model", "marginalized": "model"}
+KINDS = {
+    "global_model": "global_model",
+    "local_model": "local_model",
+    "received": "model",
+    "marginalized": "model",
+}
 
 
 def check_rounds(rounds: object) -> list[int | str]:
@@ -96,6 +104,8 @@ def observed_models(view: View, t: int, source: str, include_self: bool = True) 
             return {}
         n = int(view.knowledge["n_nodes"])
         return {v: rows[0] for v in range(n) if v not in coalition}
+    if source == "local_model":
+        return first_payloads(view, t, "local_model", exclude=coalition)
     received = first_payloads(view, t, "model", exclude=coalition)
     if source == "received" or not received:
         return received

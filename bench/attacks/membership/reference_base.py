@@ -20,7 +20,7 @@ from bench.attacks.base import Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.gradients import architecture, flat_model
 from bench.attacks.membership.observed import check_rounds, requirement, resolve_rounds, stacked_targets
 from bench.errors import require
-from bench.membership.reference import SOURCES, ReferenceModels, reference_worlds_at
+from bench.membership.reference import SOURCES, ReferenceModels, ReferenceWorldError, reference_worlds_at
 from bench.registry_utils import require_choice
 from bench.simulation.config import SimulationConfig
 from bench.simulation.flat import FlatModel
@@ -31,8 +31,9 @@ from bench.threats import KnowledgeError, View
 class ScoreInputs:
     """What a reference attack scores with: the architecture, the observed target models
     ``targets [V, P]``, the reference models, the candidates ``(x, y)``, the population the
-    worlds drew from (``trained``; ``refs.trained_on`` says who trained on what) and the
-    population samples held out of every world (``held``)."""
+    worlds drew from (``trained``; ``refs.trained_on`` says who trained on what — online, over
+    the candidates then ``trained``) and the population samples held out of every world
+    (``held``)."""
 
     model: FlatModel
     targets: torch.Tensor
@@ -52,7 +53,8 @@ class ReferenceAttack(Attack):
         Rounds whose models are attacked (one answer per victim and round), or ``"last"``:
         the last round the run ran (:mod:`bench.attacks.membership.observed`).
     source:
-        ``"global_model"`` (FL, ``fl_user``) or ``"received"`` (D-PSGD, ``neighbors``).
+        ``"global_model"`` (FL, ``fl_user``), ``"local_model"`` (FedAvg clients' local models,
+        ``server`` or ``eavesdropper``) or ``"received"`` (D-PSGD, ``neighbors``).
     worlds:
         Reference worlds ``K`` (replicas of the whole run; ``"global_model"`` gives one reference
         model per world, ``"received"`` one per node of each world).
@@ -60,13 +62,15 @@ class ReferenceAttack(Attack):
         Use at most this many population samples (``None``: all).
     """
 
-    threats: ClassVar[tuple[str, ...]] = ("fl_user", "neighbors")
+    threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors")
     metrics: ClassVar[tuple[str, ...]] = ("membership_auc",)
     needs_candidates: ClassVar[bool] = True
     #: the harness passes the attacker's population data and the public recipe to :meth:`run`
     needs_population: ClassVar[bool] = True
     #: population samples held out of every world (RMIA's comparison set ``z``)
     reserve: int = 0
+    #: online worlds: every candidate in half of them (``refs.trained_on``'s first ``C`` columns)
+    online: bool = False
 
     def __init__(
         self,
@@ -120,18 +124,25 @@ class ReferenceAttack(Attack):
         seed = int(torch.randint(0, 2**31 - 1, ()))
         rounds = resolve_rounds(view, self.rounds, self.source)
         targets = {t: stacked_targets(view, t, self.source) for t in rounds}
-        refs_at = reference_worlds_at(
-            cfg,
-            train_x,
-            train_y,
-            n_classes,
-            [int(c) for c in population["counts"]],
-            self.worlds,
-            rounds,
-            self.source,
-            seed,
-            mixing=mixing,
-        )
+        online = len(y) if self.online else 0  # online: the candidates first, in half the worlds
+        world_x = torch.cat([x.to(train_x.dtype), train_x]) if online else train_x
+        world_y = torch.cat([y.to(train_y.dtype), train_y]) if online else train_y
+        try:
+            refs_at = reference_worlds_at(
+                cfg,
+                world_x,
+                world_y,
+                n_classes,
+                [int(c) for c in population["counts"]],
+                self.worlds,
+                rounds,
+                self.source,
+                seed,
+                mixing=mixing,
+                online_candidates=online,
+            )
+        except ReferenceWorldError as exc:
+            raise AttackError(str(exc)) from None
         trained, held = (train_x.to(x.dtype), train_y), (held_x, held_y)
         out = []
         for t in rounds:

@@ -11,7 +11,7 @@ Which model (``source``): :mod:`bench.attacks.membership.observed`.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -24,7 +24,9 @@ from bench.attacks.membership.observed import (
     resolve_rounds,
     stacked_targets,
 )
+from bench.errors import require
 from bench.membership.signals import SIGNALS, membership_score
+from bench.membership.thresholds import calibrated_threshold
 from bench.registry_utils import require_choice
 from bench.threats import View
 
@@ -42,15 +44,19 @@ class MembershipThreshold(Attack):
         Rounds whose models are attacked (one answer per victim and round), or ``"last"``:
         the last round the run ran (:mod:`bench.attacks.membership.observed`).
     source:
-        ``"global_model"``, ``"received"`` or ``"marginalized"``.
+        ``"global_model"``, ``"local_model"``, ``"received"`` or ``"marginalized"``.
     signal:
         A registered signal of :data:`bench.membership.signals.SIGNALS` (``"mentr"``: Pasquini
         et al.; ``"loss"``: Yeom et al.).
     include_self:
         Marginalization: Eq. 6 (``True``) or Algorithm 2's normalization (``False``).
+    calibrate:
+        Also pick a threshold from the attacker's own data (:meth:`_calibrated`) and answer it
+        with each score vector (``extra["threshold"]``): the metric then reports the balanced
+        accuracy at that threshold beside Pasquini et al.'s oracle one.
     """
 
-    threats: ClassVar[tuple[str, ...]] = ("fl_user", "neighbors")
+    threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors")
     metrics: ClassVar[tuple[str, ...]] = ("membership_auc",)
     #: the harness passes the candidate pool to :meth:`run`
     needs_candidates: ClassVar[bool] = True
@@ -61,17 +67,26 @@ class MembershipThreshold(Attack):
         source: str = "global_model",
         signal: str = "mentr",
         include_self: bool = True,
+        calibrate: bool = False,
     ) -> None:
         self.rounds = check_rounds(rounds)
         self.source = require_choice(source, SOURCES, "attack.source")
         self.signal = require_choice(signal, tuple(SIGNALS.names()), "attack.signal")
         self.include_self = bool(include_self)
+        require(isinstance(calibrate, bool), "attack.calibrate", calibrate, "must be true or false")
+        self.calibrate = calibrate
+        #: a calibrating attack also gets the population data (its known non-members)
+        self.needs_population = calibrate
 
     def requirements(self) -> Requirement:
         return requirement(self.rounds, self.source, self.include_self)
 
     def run(  # type: ignore[override]
-        self, view: View, x: torch.Tensor | None = None, y: torch.Tensor | None = None
+        self,
+        view: View,
+        x: torch.Tensor | None = None,
+        y: torch.Tensor | None = None,
+        population: dict[str, Any] | None = None,
     ) -> list[Reconstruction]:
         if x is None or y is None:
             raise AttackError("a membership attack needs the harness' candidate pool")
@@ -80,5 +95,41 @@ class MembershipThreshold(Attack):
         for t in resolve_rounds(view, self.rounds, self.source):
             victims, theta = stacked_targets(view, t, self.source, self.include_self)
             scores = membership_score(self.signal, model, theta.to(x.dtype), x, y)  # [V, C]
-            out += [Reconstruction(node=v, round=t, scores=s) for v, s in zip(victims, scores, strict=True)]
+            extra = (
+                {"threshold": self._calibrated(view, t, theta, population, x.dtype)} if self.calibrate else {}
+            )
+            out += [
+                Reconstruction(node=v, round=t, scores=s, extra=dict(extra))
+                for v, s in zip(victims, scores, strict=True)
+            ]
         return out
+
+    def _calibrated(
+        self, view: View, t: int, theta: torch.Tensor, population: dict[str, Any] | None, dtype: torch.dtype
+    ) -> float:
+        """A threshold the attacker picks from data it holds (no victim's labels): the best
+        balanced accuracy between its own training samples (members) and as many population
+        samples (known non-members), scored on a model trained on its samples — the FL global
+        model, or in D-PSGD its own state at round ``t`` (else the next one it holds)."""
+        if not population:
+            raise AttackError("a calibrated threshold needs the harness' population data")
+        own = [view.own_data[a] for a in view.coalition if a in view.own_data]
+        if not own:
+            raise AttackError("a calibrated threshold needs the attacker's own training data")
+        mx = torch.cat([o[0] for o in own]).to(dtype)
+        my = torch.cat([o[1] for o in own])
+        if self.source in ("global_model", "local_model"):
+            calib_model = theta[0]
+        else:
+            held = [r for r in sorted(view.own_states) if r >= t]
+            if not held:
+                raise AttackError(f"the attacker holds no state of its own at or after round {t}")
+            calib_model = view.own_states[held[0]][0]
+        k = min(len(my), len(population["y"]))
+        nx, ny = population["x"][:k].to(dtype), population["y"][:k]
+        model = flat_model(view)
+        calib = membership_score(
+            self.signal, model, calib_model.to(dtype)[None], torch.cat([mx[:k], nx]), torch.cat([my[:k], ny])
+        )
+        members = torch.cat([torch.ones(k, dtype=torch.bool), torch.zeros(k, dtype=torch.bool)])
+        return calibrated_threshold(calib[0], members)
