@@ -14,7 +14,8 @@ LiRA's reference models, ``K`` = 16 and 64 worlds (replicas of the whole FL run,
 draw of 256 population samples), trained for ``t`` rounds:
 
 * **stacked** — ``bench.membership.reference.train_reference_worlds(..., worlds=K)``: one engine
-  :class:`~bench.simulation.Simulation` of ``16·K`` nodes (block-diagonal mixing);
+  :class:`~bench.simulation.Simulation` (full-batch FedSGD with equal local sets: one node per
+  world holding its 256 samples, ``K`` nodes; otherwise ``16·K`` nodes, block-diagonal mixing);
 * **engine, K calls** — ``K`` calls with ``worlds=1`` (other seeds: same work, other draws);
 * **one model per world, K in turn** — the straightforward reference: with full participation,
   equal local sets and full batches, FedSGD is full-batch gradient descent on the union of the
@@ -42,6 +43,17 @@ For each ``K`` the harness metrics of offline LiRA (Carlini et al. 2022, §IV-C,
 variance: :class:`bench.attacks.membership.lira.MembershipLiRA`) with the stacked worlds are
 printed: AUC and TPR at 0.1 % FPR, each victim (clients 1–15) on its own samples against the
 non-members, averaged over the victims, as the scorer reports them.
+
+(1b) D-PSGD reference worlds
+----------------------------
+The D-PSGD MIA task's worlds (``tasks/digits_mlp_dpsgd_mia.yaml``: 4x4 torus, 16 nodes of 16
+samples, full batches, lr 0.5; source ``received``: every node's half-step update of round
+``t``), ``K`` worlds of 16 nodes stacked in one engine run, against the straightforward
+reference: one world after another, one ``nn.Module`` and ``torch.optim.SGD`` per node
+(:class:`benchmarks.engine.ReferenceDPSGD`, gossip by copying parameters with the torus's
+weights), with the same draws, initializations and batches — so the models must agree (printed:
+float32 ``max|Δθ|``, and a float64 run of 2 worlds over 20 rounds, ≈ 1e-15). This is where
+stacking pays: many small models, whose per-node work is too small to keep the cores busy.
 
 (2) privacy-meter 1.0.1 side by side
 ------------------------------------
@@ -111,20 +123,29 @@ from bench.attacks import Reconstruction, build_attack
 from bench.attacks.membership.lira import MembershipLiRA
 from bench.attacks.membership.observed import resolve_rounds, stacked_targets
 from bench.attacks.membership.reference_base import ScoreInputs
+from bench.data.dataset import ArrayDataset
 from bench.data.stacked import derive_seed
 from bench.membership.lira import lira_offline
 from bench.membership.pool import NON_MEMBER
-from bench.membership.reference import ReferenceModels, draw_worlds, train_reference_worlds
+from bench.membership.reference import (
+    ReferenceModels,
+    _PopulationData,
+    draw_worlds,
+    train_reference_worlds,
+    world_topology,
+)
 from bench.membership.roc import auroc
 from bench.membership.signals import signal
 from bench.runner.truth import Scorer
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import Simulation
 from bench.threats import build_threat
-from benchmarks.engine import machine, node_module, reference_loss
+from bench.topology import Topology
+from benchmarks.engine import ReferenceDPSGD, machine, node_module, reference_loss, split_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = ROOT / "tasks" / "digits_mlp_fedsgd_mia.yaml"
+DPSGD_TASK = ROOT / "tasks" / "digits_mlp_dpsgd_mia.yaml"
 DRIVER = Path(__file__).resolve().parent / "privacy_meter_audit.py"
 TARGET = 5.0
 AT = "tpr@0.001"
@@ -271,6 +292,76 @@ def part_stacked(
     return refs
 
 
+def dpsgd_one_world_at_a_time(
+    cfg: SimulationConfig, x: torch.Tensor, y: torch.Tensor, counts: list[int], worlds: int, t: int, seed: int
+) -> torch.Tensor:
+    """The straightforward reference for D-PSGD worlds: world after world, one ``nn.Module`` and
+    ``torch.optim.SGD`` per node (:class:`benchmarks.engine.ReferenceDPSGD`: local step, then
+    gossip by copying parameters with the torus's weights) for ``t`` rounds, then round ``t``'s
+    local step → the half-step updates ``[K·n, P]`` (same draws, initializations and full
+    batches as :func:`train_reference_worlds`)."""
+    dtype = torch.float64 if cfg.dtype == "float64" else torch.float32
+    parts, _ = draw_worlds(len(y), counts, worlds, seed)
+    n = len(counts)
+    w = Topology.build(cfg.topology, n=n, mixing=cfg.mixing).mixing
+    out = []
+    for k in range(worlds):
+        data = _PopulationData(
+            ArrayDataset("population", x.to(dtype), y, 10), parts[k * n : (k + 1) * n], dtype, seed
+        )
+        one = Simulation(
+            cfg.model_copy(update={"seed": seed}), data=data, topology=world_topology(w, 1), init_state=False
+        )
+        theta0 = one.flat.initial(derive_seed(seed, f"reference_init:{k}"), dtype).expand(n, -1)
+        ref = ReferenceDPSGD(one, theta0)
+        batches = split_batch(one.batch(0))  # full batches: the same every round
+        for _ in range(t):
+            ref.round(batches)
+        for module, opt, steps in zip(ref.modules, ref.optimizers, batches, strict=True):
+            for xb, yb in steps:
+                opt.zero_grad()
+                ref.loss(module(xb), yb).backward()
+                opt.step()
+        out.append(ref.theta())
+    return torch.cat(out)
+
+
+def part_dpsgd(args: argparse.Namespace) -> None:
+    """(1b) The D-PSGD task's reference worlds (``received``: every node's half-step update),
+    stacked against one world after another with per-node modules."""
+    spec = {**yaml.safe_load(DPSGD_TASK.read_text())["simulation"], "seed": args.seed}
+    target = Simulation(spec, init_state=False)
+    popu = Scorer(target.config, target.data).population()
+    cfg = SimulationConfig.model_validate_json(popu["config"])
+    x, y, counts = popu["x"], popu["y"], [int(c) for c in popu["counts"]]
+    seed, t = args.seed + 1, args.rounds - 1
+    print(f"\n(1b) D-PSGD reference worlds ({DPSGD_TASK.name}: 4x4 torus, 16 samples per node), "
+          f"half-step updates of round {t}, float32")  # fmt: skip
+    print(
+        f"{'K':>3}  {'nodes':>5}  {'stacked':>9}  {'one world at a time, per-node modules':>38}"
+        f"  {'ratio':>6}  {'max|Δθ|':>8}"
+    )
+    train_reference_worlds(cfg, x, y, 10, counts, 2, 2, "received", seed)  # warm-up
+    for k in args.worlds:
+        t_stack, refs = timed(
+            lambda k=k: train_reference_worlds(cfg, x, y, 10, counts, k, t, "received", seed), args.repeats
+        )
+        t_ref, theta_ref = timed(
+            lambda k=k: dpsgd_one_world_at_a_time(cfg, x, y, counts, k, t, seed), args.repeats
+        )
+        diff = float((refs.theta - theta_ref).abs().max())
+        print(
+            f"{k:>3}  {16 * k:>5}  {t_stack:>8.2f}s  {t_ref:>37.2f}s  {t_ref / t_stack:>5.1f}×  {diff:>8.1e}"
+        )
+    cfg64 = cfg.model_copy(update={"dtype": "float64"})
+    ref64 = train_reference_worlds(cfg64, x.double(), y, 10, counts, 2, 20, "received", seed)
+    loop64 = dpsgd_one_world_at_a_time(cfg64, x.double(), y, counts, 2, 20, seed)
+    print(
+        "float64, 2 worlds, 20 rounds: max|Δθ| stacked vs per-node reference = "
+        f"{float((ref64.theta - loop64).abs().max()):.1e}"
+    )
+
+
 def logit_rescaled(loss: np.ndarray) -> np.ndarray:
     """``log(e^{−ℓ} / (1 − e^{−ℓ}))``: privacy-meter's logit rescaling of a loss."""
     return np.log(np.exp(-loss) / (1 - np.exp(-loss)))
@@ -386,6 +477,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(f"target: {TASK.name}, seed {args.seed}, {args.rounds} rounds; attacked: global model of round {t}")
     refs = part_stacked(args, sim, scorer, t, theta, victims)
+    part_dpsgd(args)
     part_privacy_meter(args, sim, scorer, t, theta, refs)
     sys.stdout.flush()
 
