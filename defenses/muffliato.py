@@ -8,7 +8,7 @@ import torch
 
 from bench.defenses_api import DEFENSES, Defense
 from bench.errors import require_number
-from bench.privacy.muffliato import loss_by_distance, mean_privacy_loss, pairwise_network_dp
+from bench.privacy.muffliato import pairwise_network_dp, pndp_report
 from bench.simulation.hooks import Aggregator, RoundContext
 from bench.simulation.messages import MessageBatch
 
@@ -85,17 +85,4 @@ class Muffliato(Defense):
         w = self.run.mixing.detach().cpu().double().numpy()
         steps = self.run.rounds * int(self.run.hyperparameters.get("gossip_steps", 1))
         f = pairwise_network_dp(w, steps, self.sigma, self.sensitivity, self.alpha)
-        eps_bar = mean_privacy_loss(f)
-        neighbour = f[(w != 0) & (w.T != 0) & ~torch.eye(w.shape[0], dtype=torch.bool).numpy()]
-        out: dict[str, Any] = {
-            "epsilon": None,
-            "accountant": "muffliato_pndp",
-            "alpha": self.alpha,
-            "gossip_steps_total": steps,
-            "epsilon_bar_max": float(eps_bar.max()),
-            "epsilon_bar_mean": float(eps_bar.mean()),
-            "f_neighbour_max": float(neighbour.max()) if neighbour.size else 0.0,
-            "note": "Rényi pairwise network DP (Cyffers et al. 2022): ε̄ is a mean loss, not a guarantee",
-        }
-        out.update({f"f@{d}": v for d, v in loss_by_distance(f, w).items()})
-        return out
+        return pndp_report(f, w, self.alpha, gossip_steps_total=steps)

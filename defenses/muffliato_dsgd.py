@@ -9,7 +9,7 @@ import torch
 from bench.defense_ops import clip_rows
 from bench.defenses_api import DEFENSES, Defense
 from bench.errors import require_number
-from bench.privacy.muffliato import loss_by_distance, mean_privacy_loss, pairwise_network_dp
+from bench.privacy.muffliato import pairwise_network_dp, pndp_report
 from bench.simulation.hooks import RoundContext
 
 
@@ -74,16 +74,4 @@ class MuffliatoDSGD(Defense):
         steps = int(self.run.hyperparameters.get("gossip_steps", 1))
         local = float(self.run.local_steps or 1)
         f = self.run.rounds * pairwise_network_dp(w, steps, self.noise_multiplier, local, self.alpha)
-        eps_bar = mean_privacy_loss(f)
-        out: dict[str, Any] = {
-            "epsilon": None,
-            "accountant": "muffliato_pndp",
-            "alpha": self.alpha,
-            "rounds": self.run.rounds,
-            "epsilon_bar_max": float(eps_bar.max()),
-            "epsilon_bar_mean": float(eps_bar.mean()),
-            "f_neighbour_max": float(f.max()),
-            "note": "Rényi pairwise network DP (Cyffers et al. 2022), T-fold composition: ε̄ is a mean loss",
-        }
-        out.update({f"f@{d}": v for d, v in loss_by_distance(f, w).items()})
-        return out
+        return pndp_report(f, w, self.alpha, rounds=self.run.rounds)

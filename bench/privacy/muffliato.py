@@ -75,3 +75,24 @@ def loss_by_distance(f: np.ndarray, mixing: np.ndarray) -> dict[int, float]:
             if d > 0:
                 sums.setdefault(int(d), []).append(float(f[u, v]))
     return {d: float(np.mean(vals)) for d, vals in sorted(sums.items())}
+
+
+def pndp_report(f: np.ndarray, mixing: np.ndarray, alpha: float, **extra: object) -> dict[str, object]:
+    """A defense's accounting entry for pairwise network DP losses ``f``: no ``"epsilon"`` (``ε̄``
+    is a mean loss, not a guarantee), the largest and mean ``ε̄_v``, the largest loss towards a
+    direct neighbour (the local-DP level) and the mean loss ``f@d`` at each graph distance."""
+    w = np.asarray(mixing)
+    eps_bar = mean_privacy_loss(f)
+    neighbour = f[(w != 0) & (w.T != 0) & ~np.eye(w.shape[0], dtype=bool)]
+    out: dict[str, object] = {
+        "epsilon": None,
+        "accountant": "muffliato_pndp",
+        "alpha": alpha,
+        **extra,
+        "epsilon_bar_max": float(eps_bar.max()),
+        "epsilon_bar_mean": float(eps_bar.mean()),
+        "f_neighbour_max": float(neighbour.max()) if neighbour.size else 0.0,
+        "note": "Rényi pairwise network DP (Cyffers et al. 2022): ε̄ is a mean loss, not a guarantee",
+    }
+    out.update({f"f@{d}": v for d, v in loss_by_distance(f, w).items()})
+    return out
