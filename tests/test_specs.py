@@ -92,12 +92,21 @@ def test_read_yaml_names_the_file_and_the_problem(tmp_path):
                 "membership_threshold",
                 "membership_lira",
                 "membership_rmia",
+                "gossip_knowledge_matrix",
             },
         ),
         (
             "bench.metrics",
             "METRICS",
-            {"image_ssim", "image_psnr", "image_lpips", "label_accuracy", "input_mse", "membership_auc"},
+            {
+                "image_ssim",
+                "image_psnr",
+                "image_lpips",
+                "label_accuracy",
+                "input_mse",
+                "membership_auc",
+                "reconstructed_fraction",
+            },
         ),
     ],
 )

@@ -4,6 +4,7 @@ registers them all."""
 from bench.attacks import (  # noqa: F401  (registration)
     analytic,
     dlg,
+    gossip_knowledge,
     gradient_recovery,
     inversion,
     membership,

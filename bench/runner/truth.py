@@ -70,6 +70,8 @@ class Scorer:
         self.data = data
         protocol = call_with_params(PROTOCOLS, cfg.protocol, "protocol", **cfg.protocol_params)
         self.plan: BatchPlan | None = protocol.batch_plan if protocol.uses_data else None
+        #: the nodes' states are the averaged values (gossip averaging), not models
+        self.values_only = not protocol.uses_data
         train = data.train_set
         self.flat = build_flat_model(
             cfg.model, train.input_shape, train.n_classes, DTYPES[cfg.dtype], cfg.model_params
@@ -87,6 +89,8 @@ class Scorer:
     def check_models(self, theta: Any, global_model: Any) -> None:
         """The returned final models must be finite tensors of the architecture's shape."""
         n, p = self.cfg.nodes, self.flat.n_params
+        if self.values_only:
+            p = math.prod(self.data.train_set.input_shape)
         if not isinstance(theta, torch.Tensor) or tuple(theta.shape) != (n, p):
             raise ValueError(
                 f"the simulation returned final models of shape {getattr(theta, 'shape', None)}, not {(n, p)}"
@@ -97,9 +101,17 @@ class Scorer:
             raise ValueError("the simulation returned a global model of the wrong shape")
 
     def utility(self, theta: torch.Tensor, global_model: torch.Tensor | None) -> dict[str, float]:
-        """Utility of the final models on the test split, and their consensus distance."""
+        """Utility of the final models on the test split, and their consensus distance; for
+        gossip averaging (no model) the consensus distance and ``mean_error``, the mean
+        ``‖x_v − x̄‖²`` to the true average ``x̄`` of the private values (each node's mean input)."""
         dtype = DTYPES[self.cfg.dtype]
         theta = theta.to(dtype)
+        if self.values_only:
+            nd = self.data.node_data
+            valid = (torch.arange(nd.max_local)[None, :] < nd.counts[:, None]).to(dtype)
+            private = (nd.x.flatten(2).to(dtype) * valid[..., None]).sum(1) / nd.counts.to(dtype)[:, None]
+            err = (theta - private.mean(0)).pow(2).sum(1).mean()
+            return {"consensus": float(consensus_distance(theta)), "mean_error": float(err)}
         global_model = None if global_model is None else global_model.to(dtype)
         classification = self.data.train_set.n_classes > 0
         test = self.data.test_set
@@ -122,7 +134,7 @@ class Scorer:
         global model in FL), ``train_acc@t``, ``test_acc@t`` and the consensus distance
         ``consensus@t`` (Eq. 1)."""
         out: dict[str, float] = {}
-        if not snapshots or self.data.train_set.n_classes == 0:
+        if not snapshots or self.data.train_set.n_classes == 0 or self.values_only:
             return out
         nd = self.data.node_data
         valid = torch.arange(nd.max_local)[None, :] < nd.counts[:, None]

@@ -1,0 +1,170 @@
+"""The knowledge-matrix attack on gossip averaging (El Mrini, Cyffers & Bellet, ICML 2024, §3):
+exact vs float identifiability, exact reconstruction, and the expectations about which nodes leak
+(checked, not assumed)."""
+
+import numpy as np
+import pytest
+import torch
+
+from bench.attacks import AttackError, build_attack
+from bench.attacks.reconstruction.exact_rowspace import exact_identifiable, rational_mixing
+from bench.attacks.reconstruction.knowledge_matrix import (
+    distinct_eigenvalues,
+    identified_by_step,
+    identify,
+    knowledge_rows,
+    knowledge_system,
+    structural_rows,
+)
+from bench.errors import BenchInputError
+from bench.metrics import build_metric
+from bench.runner.truth import Scorer
+from bench.simulation import Simulation
+from bench.threats import build_threat
+from bench.topology import Topology
+
+
+def random_cases(count=50, seed=0):
+    """``count`` connected Erdős–Rényi graphs (n ≤ 12, MH or uniform mixing) and coalitions."""
+    rng = np.random.default_rng(seed)
+    for g in range(count):
+        n = int(rng.integers(5, 13))
+        p = float(rng.uniform(0.2, 0.6))
+        mixing = "metropolis_hastings" if g % 2 == 0 else "uniform"
+        topo = Topology.build("erdos_renyi", n=n, seed=g, p=p, mixing=mixing)
+        coalition = tuple(int(a) for a in rng.choice(n, size=int(rng.integers(1, 3)), replace=False))
+        yield topo, coalition
+
+
+def test_exact_and_float_tests_agree_on_random_graphs():
+    for topo, coalition in random_cases():
+        w, n = topo.mixing, topo.n_nodes
+        senders, powers = structural_rows(w, coalition, n)
+        k = knowledge_rows(w, senders, powers)
+        ident = identify(k)
+        exact, rank = exact_identifiable(w, senders, powers)
+        assert rank == ident.rank, (topo.params, coalition)
+        assert np.array_equal(exact, ident.identifiable), (topo.params, coalition)
+        assert exact[list(coalition)].all()  # own values are rows e_a
+
+
+def test_expectations_rank_bound_and_saturation_within_n_steps():
+    """rank(K_T) ≤ |A| + |N(A)| · #distinct eigenvalues of W (symmetric W), and the set of
+    identifiable nodes stops growing after at most n gossip steps: running 2n steps adds none."""
+    for topo, coalition in random_cases(count=20, seed=1):
+        w, n = topo.mixing, topo.n_nodes
+        senders, powers = structural_rows(w, coalition, 2 * n)
+        nbrs = len(set(senders.tolist()) - set(coalition))
+        k = knowledge_rows(w, senders, powers)
+        if topo.mixing_name == "metropolis_hastings":
+            assert identify(k).rank <= len(coalition) + nbrs * distinct_eigenvalues(w)
+        full = identify(k).identifiable
+        keep = powers < n
+        keep[: len(coalition)] = True
+        at_n = identify(k[keep]).identifiable
+        assert np.array_equal(full, at_n)
+
+
+def test_symmetric_graphs():
+    """Measured, against the expectation that symmetric graphs leak little beyond neighbours:
+    the complete graph has no node beyond the neighbours; a star leaf learns only the hub (the
+    other leaves are interchangeable); the 4×4 torus hides 6 of the 16 nodes from one attacker;
+    but a ring leaks *every* node to one attacker — its two neighbours break the reflection."""
+
+    def exact(name, n, mixing, coalition):
+        topo = Topology.build(name, n=n, mixing=mixing)
+        return np.flatnonzero(exact_identifiable(topo.mixing, *structural_rows(topo.mixing, coalition, n))[0])
+
+    assert exact("complete", 10, "uniform", (0,)).tolist() == list(range(10))
+    assert exact("star", 8, "metropolis_hastings", (1,)).tolist() == [0, 1]
+    assert len(exact("torus", 16, "uniform", (0,))) == 10
+    for n in (5, 8, 12):
+        assert exact("ring", n, "uniform", (0,)).tolist() == list(range(n))
+
+
+def test_rational_mixing_is_exact_and_refuses_irrational_weights():
+    topo = Topology.build("erdos_renyi", n=9, seed=3, mixing="metropolis_hastings")
+    wq = rational_mixing(topo.mixing)
+    assert all(sum(row) == 1 for row in wq)
+    assert max(abs(float(wq[i][j]) - topo.mixing[i, j]) for i in range(9) for j in range(9)) < 1e-15
+    with pytest.raises(ValueError, match="not rational"):
+        rational_mixing(np.array([[1 - np.pi / 10, np.pi / 10], [np.pi / 10, 1 - np.pi / 10]]), 1000)
+
+
+def gossip_sim(n=12, seed=3, coalition=(0,), p=0.3, rounds=12):
+    cfg = {
+        "dataset": "two_gaussians",
+        "dataset_params": {"n_train": n, "n_test": 10},
+        "partition": "fixed_size",
+        "partition_params": {"n_per_node": 1},
+        "protocol": "gossip_averaging",
+        "topology": "erdos_renyi",
+        "topology_params": {"p": p},
+        "mixing": "metropolis_hastings",
+        "nodes": n,
+        "dtype": "float64",
+        "seed": seed,
+    }
+    threat = build_threat("neighbors", coalition=list(coalition))
+    sim = Simulation(cfg, threats={"nb": threat}, record_rounds=range(rounds), record_kinds=["value"])
+    sim.run(rounds)
+    return sim
+
+
+def test_view_knowledge_matrix_spans_the_structural_rows():
+    sim = gossip_sim()
+    system = knowledge_system(sim.view("nb"))
+    w = sim.topology.mixing
+    structural = knowledge_rows(w, *structural_rows(w, (0,), 12))
+    both = np.vstack([structural, system.matrix()])
+    assert np.linalg.matrix_rank(both) == np.linalg.matrix_rank(structural) == identify(system.matrix()).rank
+    # every observation is its row times the private values
+    private = sim.state["private"].numpy()
+    assert np.abs(system.matrix() @ private - system.observations).max() < 1e-12
+
+
+@pytest.mark.parametrize("test", ["float", "exact"])
+def test_attack_reconstructs_identifiable_nodes_exactly_and_reports_the_others(test):
+    sim = gossip_sim()
+    recs = build_attack("gossip_knowledge_matrix", rounds=12, test=test).run(sim.view("nb"))
+    scorer = Scorer(sim.config, sim.data)
+    truths = [scorer.truth(r) for r in recs]
+    assert sorted(r.node for r in recs) == list(range(1, 12))
+    ident = [r for r in recs if r.extra["identifiable"] == 1.0]
+    others = [r for r in recs if r.extra["identifiable"] == 0.0]
+    assert ident and others  # this graph has both kinds (9 and 2)
+    for r, t in zip(recs, truths, strict=True):
+        if r.extra["identifiable"]:
+            assert float((r.x - t.x).abs().max()) < 1e-10
+        else:
+            assert bool(torch.isnan(r.x).all())
+    metric = build_metric("reconstructed_fraction")
+    values = metric.compute(recs, truths, scorer.info)
+    assert values["fraction"] == pytest.approx(len(ident) / 11)
+    assert metric.leakage(values) == pytest.approx(len(ident) / 11)
+    assert values["max_rel_error"] < 1e-10
+    assert 0 < values["mse"] < values["baseline"]
+
+
+def test_saturation_diagnostic_matches_the_prefix_counts():
+    sim = gossip_sim()
+    system = knowledge_system(sim.view("nb"))
+    counts, ranks = identified_by_step(system)
+    assert counts[0] == 1 and ranks[0] == 1  # own value only
+    assert np.all(np.diff(counts) >= 0) and np.all(np.diff(ranks) >= 0)
+    recs = build_attack("gossip_knowledge_matrix", rounds=12).run(sim.view("nb"))
+    assert recs[0].extra["saturation_step"] == int(np.argmax(counts == counts[-1]))
+    assert recs[0].extra["n_identifiable"] == counts[-1] - 1
+
+
+def test_attack_refuses_other_protocols_and_bad_params():
+    sim = Simulation(
+        {"dataset": "two_gaussians", "protocol": "dpsgd", "topology": "ring", "nodes": 5, "dtype": "float64"},
+        threats={"nb": build_threat("neighbors", coalition=[0])},
+        record_rounds=[0],
+    )
+    sim.run(1)
+    with pytest.raises(AttackError, match="gossip_averaging"):
+        build_attack("gossip_knowledge_matrix", rounds=1).run(sim.view("nb"))
+    with pytest.raises(BenchInputError, match=r"attack\.test"):
+        build_attack("gossip_knowledge_matrix", test="magic")
