@@ -3,6 +3,8 @@ the private values of the nodes whose unit vector lies in ``rowspace(K_T)``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -17,6 +19,7 @@ from bench.attacks.reconstruction.knowledge_matrix import (
     knowledge_system,
     reconstruct,
 )
+from bench.attacks.reconstruction.noisy_knowledge import posterior_mean
 from bench.errors import require, require_positive_int
 from bench.registry_utils import require_choice
 from bench.threats import View
@@ -61,13 +64,21 @@ class GossipKnowledgeMatrix(Attack):
         Singular values ``≤ rtol · σ_1`` count as zero (rank and pseudo-inverse).
     tol:
         Largest distance of ``e_v`` to the row space for ``v`` to count as identifiable.
+    noise_var:
+        The declared variance of the defense's perturbation of each message (``None``: none, the
+        exact solve): then every node gets the posterior-mean estimate (:meth:`adapt`).
     """
 
     threats = ("neighbors",)
     metrics = ("reconstructed_fraction",)
 
     def __init__(
-        self, rounds: int = 50, test: str = "float", rtol: float = RANK_RTOL, tol: float = IDENTIFY_TOL
+        self,
+        rounds: int = 50,
+        test: str = "float",
+        rtol: float = RANK_RTOL,
+        tol: float = IDENTIFY_TOL,
+        noise_var: float | None = None,
     ) -> None:
         self.rounds = require_positive_int(rounds, "attack.rounds")
         self.test = require_choice(test, TESTS, "attack.test")
@@ -76,6 +87,21 @@ class GossipKnowledgeMatrix(Attack):
             require(ok, f"attack.{name}", value, "must be a number in (0, 1)")
         self.rtol = float(rtol)
         self.tol = float(tol)
+        ok = noise_var is None or (isinstance(noise_var, (int, float)) and noise_var >= 0)
+        require(ok, "attack.noise_var", noise_var, "must be a non-negative number or null")
+        self.noise_var = None if noise_var is None else float(noise_var)
+
+    def adapt(self, defense: str, knowledge: dict[str, Any]) -> dict[str, Any] | None:
+        """Against a defense that declares its perturbation — a noise scale ``sigma`` (Gaussian
+        noise, Muffliato) or a quantization step ``delta`` (variance ``δ²/12``) — the posterior
+        mean under that noise (:mod:`~bench.attacks.reconstruction.noisy_knowledge`) for every
+        node, instead of the exact solve that amplifies the noise."""
+        sigma, delta = knowledge.get("sigma"), knowledge.get("delta")
+        if isinstance(sigma, (int, float)) and sigma > 0:
+            return {"noise_var": float(sigma) ** 2}
+        if isinstance(delta, (int, float)) and delta > 0:
+            return {"noise_var": float(delta) ** 2 / 12.0}
+        return None
 
     def requirements(self) -> Requirement:
         return Requirement(rounds=tuple(range(self.rounds)), kinds=("value",))
@@ -97,7 +123,10 @@ class GossipKnowledgeMatrix(Attack):
                 mask, rank = exact_identifiable(system.mixing, system.senders, system.powers)
             except ValueError as err:
                 raise AttackError(str(err)) from None
-        x_hat = reconstruct(k, y, mask, self.rtol)
+        if self.noise_var is None:
+            x_hat = reconstruct(k, y, mask, self.rtol)
+        else:  # defense-aware: an estimate for every node, the posterior mean under the noise
+            x_hat = posterior_mean(system, self.noise_var)
         amplification = np.linalg.norm(np.linalg.pinv(k, rtol=self.rtol), axis=1)  # [n]
         counts, _ = identified_by_step(system, self.rtol, self.tol)
         saturation = int(np.argmax(counts == counts[-1]))

@@ -38,7 +38,10 @@ class ReconstructedFraction(Metric):
 
     Why not ``input_mse``: it pairs each reconstructed sample with one true sample, whereas the
     value here is the mean of a node's samples (any local-set size), and it cannot count
-    victims. Leakage: ``fraction`` itself (in ``[0, 1]``; 0 when nothing is recovered).
+    victims. Leakage: the larger of ``fraction`` and ``mse_leakage`` — ``fraction`` counts only
+    float-exact recoveries, so under a noise defense (Muffliato) it drops to 0 while the estimates
+    may still be close: ``mse_leakage`` then says how close, and a perturbation far below the
+    data's spread is not a perfect privacy score.
     """
 
     def compute(self, recs: list[Reconstruction], truths: list[Truth], info: DataInfo) -> dict[str, float]:
@@ -79,4 +82,4 @@ class ReconstructedFraction(Metric):
         }
 
     def leakage(self, values: dict[str, float]) -> float:
-        return clip01(values["headline"])
+        return clip01(max(values["headline"], values["mse_leakage"]))
