@@ -7,6 +7,7 @@ from bench.attacks import (  # noqa: F401  (registration)
     gossip_knowledge,
     gradient_recovery,
     inversion,
+    local_model,
     membership,
     pdmm_analytic,
     pdmm_first_layer,

@@ -68,6 +68,16 @@ class Reconstruction:
         A membership attack's answer instead of inputs: one score per sample of the job's
         candidate pool (larger = "member of ``node``'s training set"), in the pool's order. The
         scorer alone knows which candidates are ``node``'s (:mod:`bench.membership.pool`).
+    model:
+        A local-model reconstruction's answer instead of inputs: the decoded flat parameter
+        vector ``[P]`` of ``node``'s local optimum (Xu & Neglia 2021). Scored against ``node``'s
+        whole local training set and its true local optimum, which only the scorer knows
+        (metric ``local_model_accuracy``). A separate field, not ``x``: ``x`` is always an
+        input batch, and every input metric reads it as one.
+    baseline_model:
+        With ``model``: the model the decoded one is compared against, as the attacker observed
+        it — Xu & Neglia's baseline, the client's last returned local model ``θ_c``. Reported
+        beside the decoded model's numbers; the leakage does not depend on it.
     """
 
     node: int
@@ -78,6 +88,8 @@ class Reconstruction:
     group: tuple[int, ...] = ()
     steps: tuple[int, ...] = (0,)
     scores: torch.Tensor | None = None
+    model: torch.Tensor | None = None
+    baseline_model: torch.Tensor | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """Plain data (:mod:`bench.wire`): what an attack process sends to the scorer."""
@@ -90,6 +102,8 @@ class Reconstruction:
             "group": [int(v) for v in self.group],
             "steps": [int(s) for s in self.steps],
             "scores": None if self.scores is None else self.scores.detach().cpu(),
+            "model": None if self.model is None else self.model.detach().cpu(),
+            "baseline_model": None if self.baseline_model is None else self.baseline_model.detach().cpu(),
         }
 
     @classmethod
@@ -97,8 +111,10 @@ class Reconstruction:
         """Rebuild and type-check a reconstruction (a malformed one is an :class:`AttackError`)."""
         try:
             x, y, scores = data["x"], data["y"], data.get("scores")
-            if any(v is not None and not isinstance(v, torch.Tensor) for v in (x, y, scores)):
-                raise TypeError("x, y and scores must be tensors or None")
+            model, baseline = data.get("model"), data.get("baseline_model")
+            values = (x, y, scores, model, baseline)
+            if any(v is not None and not isinstance(v, torch.Tensor) for v in values):
+                raise TypeError("x, y, scores, model and baseline_model must be tensors or None")
             return cls(
                 node=int(data["node"]),
                 round=int(data["round"]),
@@ -108,6 +124,8 @@ class Reconstruction:
                 group=tuple(int(v) for v in data["group"]),
                 steps=tuple(int(s) for s in data["steps"]),
                 scores=scores,
+                model=model,
+                baseline_model=baseline,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise AttackError(f"malformed reconstruction: {exc}") from None

@@ -1,7 +1,7 @@
 """Metrics of reconstructions and their normalization to leakage; importing the package
 registers every metric in :data:`METRICS`."""
 
-from bench.metrics import image, labels, membership, reconstructed, vector  # noqa: F401  (registration)
+from bench.metrics import image, labels, local_model, membership, reconstructed, vector  # noqa: F401  (registration)
 from bench.metrics.base import METRICS, DataInfo, Metric, Truth
 
 __all__ = ["METRICS", "DataInfo", "Metric", "Truth", "build_metric"]

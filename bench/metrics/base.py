@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from bench.attacks.base import Reconstruction
 from bench.registry import Registry
+
+if TYPE_CHECKING:
+    from bench.simulation.flat import FlatModel
 
 METRICS: Registry = Registry("metric")
 
@@ -18,7 +22,8 @@ METRICS: Registry = Registry("metric")
 @dataclass(frozen=True)
 class Truth:
     """The true minibatch node ``node`` used in round ``round``: ``x [B, *input_shape]``
-    (normalized input space) and ``y [B]``; for a membership answer, ``members [C]`` over the
+    (normalized input space) and ``y [B]``; for a local-model answer (``Reconstruction.model``),
+    ``x``, ``y`` are ``node``'s whole local training set; for a membership answer, ``members [C]`` over the
     candidate pool: 1 for ``node``'s training samples, 0 for non-members, −1 for the other
     nodes' samples (left out of ``node``'s evaluation; Pasquini et al. 2023, Eq. 2)."""
 
@@ -44,6 +49,10 @@ class DataInfo:
         (normalized space). Leakage is measured relative to this guess.
     is_image:
         Whether inputs are images ``[C, H, W]`` (image metrics apply).
+    model, model_name, loss:
+        The run's architecture as flat parameters, its registered name and the training loss's
+        name: what a metric of reconstructed *models* evaluates them with (``None``/``""`` when
+        not given).
     """
 
     mean: tuple[float, ...]
@@ -51,6 +60,9 @@ class DataInfo:
     n_classes: int
     prior_x: torch.Tensor
     is_image: bool
+    model: FlatModel | None = None
+    model_name: str = ""
+    loss: str = ""
 
 
 class Metric(ABC):

@@ -83,6 +83,9 @@ class Scorer:
             n_classes=train.n_classes,
             prior_x=train.x.mean(0).to(torch.float64),
             is_image=len(train.input_shape) == 3,
+            model=self.flat,
+            model_name=cfg.model,
+            loss=self.loss_name,
         )
 
     # ------------------------------------------------------------------------------ utility
@@ -196,6 +199,8 @@ class Scorer:
                 raise AttackError(f"membership scores must be {c} real numbers, one per candidate")
             empty = torch.empty(0)
             return Truth(rec.node, rec.round, empty, empty, members=self.pool.members_of(rec.node))
+        if rec.model is not None:
+            return self.local_truth(rec)
         full = self.plan is None or self.data.is_full_batch(self.plan)
         steps = rec.steps[:1] if full else rec.steps
         if self.plan is not None:
@@ -207,6 +212,17 @@ class Scorer:
         ]
         x = torch.cat([p[0] for p in parts]).to(torch.float64)
         return Truth(rec.node, rec.round, x, torch.cat([p[1] for p in parts]))
+
+    def local_truth(self, rec: Reconstruction) -> Truth:
+        """The truth of a local-model answer: ``rec.node``'s whole local training set (the
+        decoded model is evaluated on it; Xu & Neglia 2021, Table 1)."""
+        p = self.flat.n_params
+        for name, m in (("model", rec.model), ("baseline_model", rec.baseline_model)):
+            if m is not None and (tuple(m.shape) != (p,) or not m.is_floating_point()):
+                raise AttackError(f"a reconstructed {name} must be {p} real parameters")
+        nd = self.data.node_data
+        n = int(nd.counts[rec.node])
+        return Truth(rec.node, rec.round, nd.x[rec.node, :n].to(torch.float64), nd.y[rec.node, :n])
 
     def score(
         self,
