@@ -86,6 +86,7 @@ class LocalModelReconstruction(Attack):
         decode_iterations: int = 2000,
         restarts: int = 4,
         seed: int = 0,
+        rounds: int | None = None,
     ) -> None:
         self.method = require_choice(method, METHODS, "attack.method")
         ok = victims is None or (
@@ -111,11 +112,21 @@ class LocalModelReconstruction(Attack):
         ok_seed = isinstance(seed, int) and not isinstance(seed, bool)
         require(ok_seed, "attack.seed", seed, "must be an integer")
         self.seed = int(seed)
+        ok_rounds = rounds is None or (
+            isinstance(rounds, int) and not isinstance(rounds, bool) and rounds > 0
+        )
+        require(
+            ok_rounds, "attack.rounds", rounds, "must be a positive number of rounds or null (every round)"
+        )
+        self.rounds = rounds
 
     def requirements(self) -> Requirement:
-        # every round: the decoder stacks all of a client's observed pairs (the transcript grows
-        # with the run; the tasks that use this attack are small models)
-        return Requirement(rounds=(), kinds=("global_model", "local_model"), all_rounds=True)
+        # the decoder stacks a client's observed pairs of rounds 0 … rounds − 1 (``None``: every
+        # round — the transcript then grows with the run; paper-scale tasks bound it)
+        kinds = ("global_model", "local_model")
+        if self.rounds is None:
+            return Requirement(rounds=(), kinds=kinds, all_rounds=True)
+        return Requirement(rounds=tuple(range(self.rounds)), kinds=kinds)
 
     def mapping_config(self) -> MappingConfig:
         return MappingConfig(
