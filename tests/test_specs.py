@@ -93,6 +93,7 @@ def test_read_yaml_names_the_file_and_the_problem(tmp_path):
                 "membership_lira",
                 "membership_rmia",
                 "gossip_knowledge_matrix",
+                "local_model_reconstruction",
             },
         ),
         (
@@ -106,6 +107,7 @@ def test_read_yaml_names_the_file_and_the_problem(tmp_path):
                 "input_mse",
                 "membership_auc",
                 "reconstructed_fraction",
+                "local_model_accuracy",
             },
         ),
     ],
