@@ -28,6 +28,7 @@ from bench.errors import require
 from bench.membership.signals import SIGNALS, membership_score
 from bench.membership.thresholds import calibrated_threshold
 from bench.registry_utils import require_choice
+from bench.simulation.flat import FlatModel
 from bench.threats import View
 
 
@@ -96,7 +97,9 @@ class MembershipThreshold(Attack):
             victims, theta = stacked_targets(view, t, self.source, self.include_self)
             scores = membership_score(self.signal, model, theta.to(x.dtype), x, y)  # [V, C]
             extra = (
-                {"threshold": self._calibrated(view, t, theta, population, x.dtype)} if self.calibrate else {}
+                {"threshold": self._calibrated(view, model, t, theta, population, x.dtype)}
+                if self.calibrate
+                else {}
             )
             out += [
                 Reconstruction(node=v, round=t, scores=s, extra=dict(extra))
@@ -105,7 +108,13 @@ class MembershipThreshold(Attack):
         return out
 
     def _calibrated(
-        self, view: View, t: int, theta: torch.Tensor, population: dict[str, Any] | None, dtype: torch.dtype
+        self,
+        view: View,
+        model: FlatModel,
+        t: int,
+        theta: torch.Tensor,
+        population: dict[str, Any] | None,
+        dtype: torch.dtype,
     ) -> float:
         """A threshold the attacker picks from data it holds (no victim's labels): the best
         balanced accuracy between its own training samples (members) and as many population
@@ -127,7 +136,6 @@ class MembershipThreshold(Attack):
             calib_model = view.own_states[held[0]][0]
         k = min(len(my), len(population["y"]))
         nx, ny = population["x"][:k].to(dtype), population["y"][:k]
-        model = flat_model(view)
         calib = membership_score(
             self.signal, model, calib_model.to(dtype)[None], torch.cat([mx[:k], nx]), torch.cat([my[:k], ny])
         )
