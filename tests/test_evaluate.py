@@ -99,13 +99,21 @@ def test_every_task_attack_builds_applies_to_its_threat_and_records_a_bounded_tr
                 assert not req.all_rounds, (name, attack)
                 assert len(req.rounds) <= task.simulation.rounds, (name, attack, req.rounds)
                 # linear-system attacks stack many rounds of small vectors: Xu & Neglia's decoder
-                # (≥ d + 1 rounds of linear models) and the gossip knowledge matrix (private values)
+                # (≥ d + 1 rounds of linear models), the gossip knowledge matrix (private values)
+                # and the D-GD one (the few models a coalition receives, one sample per node)
                 many = (
-                    name_of(attack) == "local_model_reconstruction"
-                    and task.simulation.model in ("logreg", "linear")
-                ) or (
-                    name_of(attack) == "gossip_knowledge_matrix"
-                    and task.simulation.protocol == "gossip_averaging"
+                    (
+                        name_of(attack) == "local_model_reconstruction"
+                        and task.simulation.model in ("logreg", "linear")
+                    )
+                    or (
+                        name_of(attack) == "gossip_knowledge_matrix"
+                        and task.simulation.protocol == "gossip_averaging"
+                    )
+                    or (
+                        name_of(attack) == "dgd_knowledge_matrix"
+                        and task.simulation.partition_params.get("n_per_node") == 1
+                    )
                 )
                 assert many or len(req.rounds) < 10, (name, attack, req.rounds)
     assert {"dlg", "inverting_gradients"} <= attached["digits_mlp_fedsgd"]

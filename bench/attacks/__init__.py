@@ -3,6 +3,7 @@ registers them all."""
 
 from bench.attacks import (  # noqa: F401  (registration)
     analytic,
+    dgd_knowledge,
     dlg,
     gossip_knowledge,
     gradient_recovery,

@@ -43,6 +43,24 @@ def linear_slots(model: FlatModel, input_shape: tuple[int, ...]) -> tuple[str, s
     return f"{linear}.weight", f"{linear}.bias"
 
 
+def invert_linear(
+    model: FlatModel, grad: torch.Tensor, w_name: str, b_name: str, n_classes: int
+) -> tuple[torch.Tensor, torch.Tensor | None, float, int]:
+    """``(x̂, ŷ, ∂ℓ/∂b_c, c)`` from one sample's flat gradient: ``x̂ = ∇_{W_c} ℓ / ∂ℓ/∂b_c`` with
+    ``c`` the row of largest ``|∂ℓ/∂b_c|`` (``0`` with one logit), zeros when that bias gradient
+    is 0 (degenerate); ``ŷ`` from the bias signs (``None`` for regression). See
+    :class:`AnalyticLogReg`."""
+    params = model.unflatten(grad)
+    g_w, g_b = params[w_name], params[b_name]
+    c = 0 if g_b.numel() == 1 else int(g_b.abs().argmax())
+    denom = g_b[c]
+    x = torch.zeros_like(g_w[c]) if bool(denom == 0) else g_w[c] / denom
+    y = None
+    if n_classes > 0:
+        y = torch.tensor([int(denom < 0) if g_b.numel() == 1 else int(g_b.argmin())])
+    return x, y, float(denom), c
+
+
 @ATTACKS.register(
     "analytic_logreg", "exact input from a one-sample logistic-regression gradient: x = grad_w / grad_b"
 )
@@ -134,16 +152,7 @@ class AnalyticLogReg(Attack):
                 )
                 continue
             for node, grad in sorted(self.gradients(view, t).items()):
-                params = model.unflatten(grad)
-                g_w, g_b = params[w_name], params[b_name]
-                c = 0 if g_b.numel() == 1 else int(g_b.abs().argmax())
-                denom = g_b[c]
-                degenerate = bool(denom == 0)
-                x = torch.zeros_like(g_w[c]) if degenerate else g_w[c] / denom
-                y = None
-                if n_classes > 0:
-                    label = int(denom < 0) if g_b.numel() == 1 else int(g_b.argmin())
-                    y = torch.tensor([label])
+                x, y, denom, c = invert_linear(model, grad, w_name, b_name, n_classes)
                 recs.append(
                     Reconstruction(
                         node=node,
@@ -151,9 +160,9 @@ class AnalyticLogReg(Attack):
                         x=x.reshape(1, *shape).detach().clone(),
                         y=y,
                         extra={
-                            "bias_grad": float(denom),
+                            "bias_grad": denom,
                             "class_row": float(c),
-                            "degenerate": float(degenerate),
+                            "degenerate": float(denom == 0),
                         },
                     )
                 )

@@ -1,7 +1,15 @@
 """Metrics of reconstructions and their normalization to leakage; importing the package
 registers every metric in :data:`METRICS`."""
 
-from bench.metrics import image, labels, local_model, membership, reconstructed, vector  # noqa: F401  (registration)
+from bench.metrics import (  # noqa: F401  (registration)
+    image,
+    labels,
+    local_model,
+    membership,
+    reconstructed,
+    success,
+    vector,
+)
 from bench.metrics.base import METRICS, DataInfo, Metric, Truth
 
 __all__ = ["METRICS", "DataInfo", "Metric", "Truth", "build_metric"]

@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
-from bench.attacks.gradients import architecture, flat_model, input_shape, loss_function, loss_name
+from bench.attacks.gradients import (
+    GradientTarget,
+    architecture,
+    flat_model,
+    input_shape,
+    loss_function,
+    loss_name,
+)
 from bench.attacks.inversion.adaptive import matching_adaptation
 from bench.attacks.inversion.matching import MATCHES, matching_fn
 from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
@@ -115,9 +122,16 @@ class InvertingGradients(Attack):
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
 
     def run(self, view: View) -> list[Reconstruction]:
+        targets = [tg for t in self.rounds for tg in gradient_targets(view, t, self.source)]
+        return self.invert(view, targets)
+
+    def invert(self, view: View, targets: list[GradientTarget]) -> list[Reconstruction]:
+        """Invert the given gradients (each at its own parameters ``theta``), all victims,
+        restarts and label hypotheses in one batched optimization; the View gives only the
+        architecture, loss and normalization. Used by attacks that first recover gradients
+        (e.g. :mod:`bench.attacks.dgd_knowledge`)."""
         model = flat_model(view)
         shape = input_shape(view)
-        targets = [tg for t in self.rounds for tg in gradient_targets(view, t, self.source)]
         probs = build_problems(
             targets, model, loss_name(view), shape, self.batch_size, self.restarts, self.labels, self.seed
         )
