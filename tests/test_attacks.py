@@ -182,15 +182,22 @@ def test_recovered_neighbor_gradients_equal_the_true_gradients():
     assert float(true[1].abs().max()) > 1e-3  # not trivially zero
 
 
-def test_gradient_recovery_refuses_momentum_local_steps_and_later_rounds():
-    for kw, match in (({"momentum": 0.9}, "momentum"), ({"local_steps": 2}, "local_steps")):
-        sim = dpsgd_sim(**kw, nodes=9)
-        sim.run(1)
-        with pytest.raises(AttackError, match=match):
-            recover_neighbor_gradients(sim.view("nb"), 0)
-    sim = dpsgd_sim(nodes=9)
+def test_gradient_recovery_refuses_local_steps_and_unknown_victim_models():
+    """Several local steps mix gradients at unknown models; after round 0 a victim's model is
+    known only when N(v) ⊆ N(A) (none on the torus; see tests/test_system_knowledge.py). With
+    momentum, round 0's step is the gradient (m⁰ = ∇L⁰)."""
+    sim = dpsgd_sim(local_steps=2, nodes=9)
+    sim.run(1)
+    with pytest.raises(AttackError, match="local_steps"):
+        recover_neighbor_gradients(sim.view("nb"), 0)
+    sim = dpsgd_sim(nodes=9, momentum=0.9)
+    theta0 = sim.theta.clone()
     sim.run(2)
-    with pytest.raises(AttackError, match="round 0"):
+    b = sim.batch(0)
+    true, _ = sim.objective.node_grads(theta0, b.x[:, 0], b.y[:, 0], b.mask[:, 0])
+    for v, g in recover_neighbor_gradients(sim.view("nb"), 0).items():
+        assert float((g - true[v]).abs().max()) < 1e-12
+    with pytest.raises(AttackError, match="N\\(v\\) ⊆ N\\(A\\)"):
         recover_neighbor_gradients(sim.view("nb"), 1)
 
 

@@ -1,4 +1,4 @@
-"""Gradient recovery by curious neighbours in D-PSGD (Pasquini et al., CCS 2023, §4.2.1).
+"""Gradient recovery by curious neighbours in D-PSGD (Pasquini, Raynal & Troncoso, IEEE S&P 2023, §4.2.1).
 
 In round ``t`` of D-PSGD every node ``v`` takes one local SGD step and broadcasts
 
@@ -8,11 +8,12 @@ to its neighbours at gossip step 0. A neighbour that knows ``Θ_v^t`` recovers t
 minibatch gradient ``∇L(ξ_v^t; Θ_v^t) = (Θ_v^t − Θ_v^{t+½}) / η`` (the sign-corrected form of
 the paper's expression) and can invert it as an FL server would invert an upload.
 
-This module supports the case where every node holds the same model ``Θ^t``, so that the
-coalition's own state is the victim's: round ``t = 0`` with a common initialization
-``Θ_v^0 = Θ_A^0`` (case 1 of the paper; the engine's default ``common_init``). Exact consensus
-at a later round (case 2) and the recomputation of ``Θ_v^t`` from the previous round's messages
-when ``N(v) ⊆ N(A)`` (case 3) are not implemented.
+Two of the paper's three cases are supported: round ``t = 0`` with a common initialization
+``Θ_v^0 = Θ_A^0`` (case 1; the engine's default ``common_init``, :func:`common_model`) and, at
+any round, the recomputation of ``Θ_v^t`` from the previous round's messages when
+``N(v) ⊆ N(A)`` (case 3; :mod:`bench.attacks.system_knowledge`, with the momentum correction and
+neighbour discovery). Exact consensus at a later round (case 2) is case 3's limit and is not
+special-cased.
 """
 
 from __future__ import annotations
@@ -58,22 +59,18 @@ def common_model(view: View, round_: int) -> torch.Tensor:
     return theta
 
 
-def recover_neighbor_gradients(view: View, round_: int) -> dict[int, torch.Tensor]:
-    """Exact local gradients of every non-coalition node whose D-PSGD update the view observed in
-    ``round_`` (for a neighbors view: what the coalition received; Pasquini et al. §4.2.1, case
-    ``t = 0``).
+def recover_neighbor_gradients(
+    view: View, round_: int, neighbourhood: str = "known"
+) -> dict[int, torch.Tensor]:
+    """Exact local gradients of the non-coalition nodes whose D-PSGD update the view observed in
+    ``round_`` and whose model ``Θ_v^t`` the coalition knows (Pasquini et al. §4.2.1).
 
-    ``∇L_v = (Θ^t − Θ_v^{t+½}) / η`` with ``Θ^t`` the coalition's own state (see
-    :func:`common_model`), ``Θ_v^{t+½}`` the ``"model"`` message of ``v`` at gossip step 0 and
-    ``η = hyperparameters["lr"]``.
-
-    Parameters
-    ----------
-    view:
-        A view with a coalition (``neighbors``, or an ``eavesdropper`` with corrupt nodes) and
-        ``own_states[round_]``.
-    round_:
-        The attacked round (0).
+    ``∇L_v = (Θ_v^t − Θ_v^{t+½}) / η`` with ``Θ_v^{t+½}`` the ``"model"`` message of ``v`` at gossip
+    step 0 and ``η = hyperparameters["lr"]``. ``Θ_v^t`` is the common initialization at ``t = 0``
+    (case 1, every observed neighbour) and, at ``t > 0``, recomputed from the previous round's
+    messages for every ``v`` with ``N(v) ⊆ N(A) ∪ A`` (case 3; ``neighbourhood``: ``"known"`` from
+    the public mixing matrix, or ``"discovered"``). With momentum ``μ`` the step is corrected to
+    ``m^t − μ m^{t−1}`` (:mod:`bench.attacks.system_knowledge`).
 
     Returns
     -------
@@ -83,11 +80,12 @@ def recover_neighbor_gradients(view: View, round_: int) -> dict[int, torch.Tenso
     Raises
     ------
     AttackError
-        Unless the update is one plain SGD step: with ``local_steps > 1`` the difference mixes
-        gradients at several models, with momentum ``μ > 0`` it is the momentum buffer rather
-        than the gradient (Pasquini et al. train with momentum 0.9, see the caveat of §4.2.1).
-        Also when ``lr`` is not public or no model messages of the round were observed.
+        Unless the update is one local step (with ``local_steps > 1`` the difference mixes
+        gradients at several models) after which one gossip step follows; when ``lr`` is not
+        public, no model messages of the round were observed, or no victim's model is known.
     """
+    from bench.attacks.system_knowledge import recover_gradients
+
     hyper = knowledge(view, "hyperparameters")
     if "lr" not in hyper:
         raise AttackError("gradient recovery needs the public learning rate η (hyperparameters['lr'])")
@@ -97,18 +95,15 @@ def recover_neighbor_gradients(view: View, round_: int) -> dict[int, torch.Tenso
             f"gradient recovery needs one local SGD step per round (local_steps = {local_steps}): with "
             f"several steps Θ^t − Θ^{{t+½}} sums gradients taken at different, unknown models"
         )
-    momentum = float(hyper.get("momentum", 0.0))
-    if momentum != 0.0:
-        raise AttackError(
-            f"gradient recovery needs plain SGD (momentum = {momentum}): with momentum "
-            f"(Θ^t − Θ^{{t+½}}) / η is the momentum buffer μ m^{{t−1}} + ∇L, not the gradient"
-        )
-    theta = common_model(view, round_)
-    lr = float(hyper["lr"])
-    updates = first_payloads(view, round_, MODEL_KIND, step=0, exclude=view.coalition)
-    if not updates:
+    if not first_payloads(view, round_, MODEL_KIND, step=0, exclude=view.coalition):
         raise AttackError(
             f"no '{MODEL_KIND}' messages from non-coalition nodes observed at gossip step 0 of round "
             f"{round_} (is the protocol D-PSGD and the round recorded?)"
         )
-    return {v: (theta - p.to(theta.dtype)) / lr for v, p in sorted(updates.items())}
+    grads = recover_gradients(view, round_, neighbourhood)
+    if not grads:
+        raise AttackError(
+            f"no observed neighbour's model Θ_v^{round_} is known to the coalition in round {round_}: "
+            f"recovery after round 0 needs N(v) ⊆ N(A) (case 3 of Pasquini et al. §4.2.1)"
+        )
+    return grads

@@ -9,7 +9,8 @@ A *source* names how the observed gradients ``g = ∇_θ L(θ; x, y)`` of a roun
   (:func:`~bench.attacks.gradients.server_targets`);
 * ``"neighbor_recovery"`` — D-PSGD updates turned into exact gradients at the common model,
   ``∇L_v = (Θ^t − Θ_v^{t+½}) / η`` (Pasquini et al., CCS 2023, §4.2.1;
-  :func:`~bench.attacks.gradient_recovery.recover_neighbor_gradients`, round 0 only);
+  :func:`~bench.attacks.gradient_recovery.recover_neighbor_gradients`: round 0, and any round
+  for the victims with ``N(v) ⊆ N(A)``, each at its recomputed ``Θ_v^t``);
 * ``"auto"`` — ``"neighbor_recovery"`` for a ``neighbors`` view, ``"server_gradient"`` otherwise;
 * ``"server_aggregate"``, ``"neighbor_aggregate"`` — the aggregate a FedSGD server or a D-PSGD
   neighbour learns (what secure aggregation leaves visible), one pooled batch over every
@@ -21,6 +22,7 @@ from __future__ import annotations
 from bench.attacks.aggregate import AGGREGATE_SOURCES, aggregate_target
 from bench.attacks.gradient_recovery import MODEL_KIND, common_model, recover_neighbor_gradients
 from bench.attacks.gradients import GradientTarget, server_targets
+from bench.attacks.system_knowledge import recovery_rounds, victim_models
 from bench.threats import View
 
 #: sources of one gradient per victim node
@@ -41,8 +43,12 @@ def source_kinds(source: str) -> tuple[str, ...]:
 
 def source_rounds(source: str, rounds: list[int]) -> tuple[int, ...]:
     """The rounds a transcript must keep to attack ``rounds`` from ``source`` (an aggregate of
-    round ``t`` is read from round ``t + 1`` too)."""
+    round ``t`` is read from round ``t + 1`` too; a neighbour's gradient of round ``t > 0`` from
+    rounds ``t − 2 … t``: its model is recomputed from round ``t − 1``, whose own messages and
+    momentum need the round before)."""
     extra = [t + 1 for t in rounds] if source in AGGREGATE_SOURCES else []
+    if source in ("neighbor_recovery", "auto"):
+        extra = [r for t in rounds if t > 0 for r in recovery_rounds(t, momentum=True)]
     return tuple(sorted({*rounds, *extra}))
 
 
@@ -62,5 +68,8 @@ def gradient_targets(view: View, round_: int, source: str) -> list[GradientTarge
     if resolve_source(view, source) == "server_gradient":
         return server_targets(view, round_)
     grads = recover_neighbor_gradients(view, round_)
-    theta = common_model(view, round_)
-    return [GradientTarget(v, round_, theta, g) for v, g in grads.items()]
+    if round_ == 0:
+        theta = common_model(view, round_)
+        return [GradientTarget(v, round_, theta, g) for v, g in grads.items()]
+    models = victim_models(view, round_)  # each victim's own Θ_v^t (case 3)
+    return [GradientTarget(v, round_, models[v], g) for v, g in grads.items()]

@@ -134,3 +134,13 @@ def florentine_families(n: int | None, seed: int) -> nx.Graph:
     """
     require_fixed_n(n, "florentine_families", 15)
     return relabel(nx.florentine_families_graph(), ordering="sorted", keep_label=True)
+
+
+@GRAPHS.register("pasquini_fig6", "Pasquini et al. Fig. 6: A=0 adjacent to 1, 2, 3; edge 2-3 (N(2) ⊆ N(0))")
+def pasquini_fig6(n: int | None, seed: int) -> nx.Graph:
+    """The four-node graph of Pasquini, Raynal & Troncoso (S&P 2023), Fig. 6: the attacker ``A``
+    (node 0) is adjacent to ``u1`` (1), ``v`` (2) and ``u3`` (3), and ``v`` to ``u3``, so that
+    ``N(v) = {v, A, u3} ⊂ N(A) = {A, u1, v, u3}`` (self-inclusive) — where A recomputes ``v``'s
+    model (Eq. 9) and overrides it (Eq. 11, Fig. 16)."""
+    require_fixed_n(n, "pasquini_fig6", 4)
+    return nx.Graph([(0, 1), (0, 2), (0, 3), (2, 3)])
