@@ -95,6 +95,7 @@ def test_read_yaml_names_the_file_and_the_problem(tmp_path):
                 "gossip_knowledge_matrix",
                 "dgd_knowledge_matrix",
                 "local_model_reconstruction",
+                "trap_inversion",
             },
         ),
         (

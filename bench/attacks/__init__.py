@@ -12,6 +12,7 @@ from bench.attacks import (  # noqa: F401  (registration)
     membership,
     pdmm_analytic,
     pdmm_first_layer,
+    trap_inversion,
 )
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 

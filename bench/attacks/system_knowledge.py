@@ -14,7 +14,9 @@ which needs rounds ``t − 2 … t`` recorded. Round 0 uses the common initializ
 (:func:`~bench.attacks.gradient_recovery.common_model`), ``m^{−1} = 0``.
 
 What the coalition itself sent, ``Θ_a^{t−½}``, comes from its own mixing:
-``Θ_a^{t} = W_aa Θ_a^{t−½} + Σ_{u≠a} W_au Θ_u^{t−½}`` (:func:`sent_models`).
+``Θ_a^{t} = W_aa Θ_a^{t−½} + Σ_{u≠a} W_au Θ_u^{t−½}`` (:func:`sent_models`) — unless it sent ``v``
+something else (an active coalition's forgery, which its view records): then that is what ``v``
+mixed (:func:`delivered_by_coalition`).
 
 Neighbour discovery (the corrected form of §4.2.1): when ``N(v)`` is not known,
 ``Q* = argmin_{Q ∋ v, Q ⊆ S} ‖Θ_v^{t+½} − mean_{u∈Q} Θ_u^{t−½}‖`` over the senders ``S`` the
@@ -133,6 +135,7 @@ def victim_models(
         return {v: theta for v in first_payloads(view, 0, MODEL_KIND, step=0, exclude=view.coalition)}
     previous = sent_models(view, round_ - 1)
     current = first_payloads(view, round_, MODEL_KIND, step=0, exclude=view.coalition)
+    forged = delivered_by_coalition(view, round_ - 1)
     out: dict[int, torch.Tensor] = {}
     if neighbourhood == "discovered":
         rounds = discovery_window(view, round_, window)
@@ -148,8 +151,23 @@ def victim_models(
     for v, update in current.items():
         nbrs = [int(u) for u in np.flatnonzero(w[v])]
         if all(u in previous for u in nbrs):
-            acc = sum((float(w[v, u]) * previous[u].to(torch.float64) for u in nbrs), torch.zeros(()))
+            got = {u: forged.get((u, v), previous[u]) for u in nbrs}
+            acc = sum((float(w[v, u]) * got[u].to(torch.float64) for u in nbrs), torch.zeros(()))
             out[v] = acc.to(update.dtype)
+    return out
+
+
+def delivered_by_coalition(view: View, round_: int) -> dict[tuple[int, int], torch.Tensor]:
+    """``(member, receiver) -> model`` the coalition delivered in ``round_`` as the view shows it
+    (an ``active`` view sees what its members send, forgeries included; other views see only the
+    deliveries between members, which equal their own models)."""
+    out: dict[tuple[int, int], torch.Tensor] = {}
+    members = set(view.coalition)
+    for batch in view.select(round_, MODEL_KIND, 0):
+        for row, receiver in batch.edges.tolist():
+            sender = int(batch.senders[row])
+            if sender in members and batch.payload.is_floating_point():
+                out.setdefault((sender, int(receiver)), batch.payload[row])
     return out
 
 

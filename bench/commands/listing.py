@@ -15,6 +15,7 @@ from bench.errors import BenchInputError
 
 
 def _catalogues(root: Path | None = None) -> dict[str, Any]:
+    from bench.active import POLICIES
     from bench.attacks import ATTACKS
     from bench.catalog import Catalog, bench_root
     from bench.data import DATASETS, PARTITIONS
@@ -63,6 +64,7 @@ def _catalogues(root: Path | None = None) -> dict[str, Any]:
         "mixings": MIXINGS,
         "protocols": PROTOCOLS,
         "threats": THREATS,
+        "policies": POLICIES,
     }
 
 

@@ -16,6 +16,7 @@ from bench.simulation.engine import Simulation, TrainingDiverged
 from bench.simulation.lightning import quiet_lightning, run_simulation
 from bench.specs import TaskSpec
 from bench.threats import build_threat
+from bench.threats.active import adversary_of
 from bench.wire import blob, unblob
 
 
@@ -49,6 +50,7 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
     sim = Simulation(
         task.simulation.model_copy(update={"seed": int(request["seed"])}),
         hooks=defense,
+        adversary=adversary_of(threats),  # an active threat's policy changes the run itself
         threats=threats,
         record_rounds=record["rounds"],
         record_kinds=record["kinds"],

@@ -106,9 +106,15 @@ def _build_simulation(task: TaskSpec) -> object:
     model, topology and mixing, threat models and their coalitions."""
     from bench.simulation import Simulation
     from bench.threats import build_threat
+    from bench.threats.active import adversary_of
 
     threats = {th.name: build_threat(th.name, **th.params) for th in task.threats}
-    return Simulation(task.simulation.model_copy(update={"seed": 0}), threats=threats, init_state=False)
+    return Simulation(
+        task.simulation.model_copy(update={"seed": 0}),
+        threats=threats,
+        adversary=adversary_of(threats),
+        init_state=False,
+    )
 
 
 def _check_utility(task: TaskSpec, classification: bool) -> None:

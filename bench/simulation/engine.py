@@ -178,6 +178,10 @@ class Simulation:
         )
         self.protocol.bind(self.protocol_context)
         self.hooks.bind(self.run_info())
+        if adversary is not None:
+            adversary.bind(
+                self.run_info(), self.flat, (tuple(self.train_set.mean), tuple(self.train_set.std))
+            )
         self.state: dict[str, torch.Tensor] = {}
         if init_state:
             self.state = self.protocol.init_state(self._initial_parameters().to(self.device))

@@ -211,6 +211,12 @@ class AdversaryPolicy:
     def __init__(self, nodes: Sequence[int]) -> None:
         self.nodes = tuple(int(v) for v in nodes)
 
+    def bind(
+        self, run: RunInfo, flat: Any, normalization: tuple[tuple[float, ...], tuple[float, ...]]
+    ) -> None:
+        """Told the run's public facts before the first round: :class:`RunInfo`, the architecture
+        as a :class:`~bench.simulation.flat.FlatModel` and the inputs' ``(mean, std)``."""
+
     def substitute(self, msgs: MessageBatch, ctx: RoundContext) -> MessageBatch:
         return msgs
 

@@ -1,6 +1,6 @@
-"""Threat models (adversary views): server, fl_user, neighbors, eavesdropper."""
+"""Threat models (adversary views): server, fl_user, neighbors, eavesdropper, active."""
 
-from bench.threats import eavesdropper, fl_user, neighbors, server  # noqa: F401  (registration)
+from bench.threats import active, eavesdropper, fl_user, neighbors, server  # noqa: F401  (registration)
 from bench.threats.base import THREATS, Threat
 from bench.threats.view import KNOWLEDGE_ITEMS, KnowledgeError, PublicKnowledge, View
 
