@@ -15,12 +15,9 @@ from bench.attacks.gradient_recovery import MODEL_KIND, common_model
 from bench.attacks.gradients import (
     GradientTarget,
     architecture,
-    dummy_gradient,
     flat_model,
     input_shape,
     knowledge,
-    loss_function,
-    parameter_leaves,
 )
 from bench.attacks.inversion.inverting_gradients import InvertingGradients
 from bench.attacks.reconstruction.dgd_system import (
@@ -33,6 +30,7 @@ from bench.attacks.reconstruction.dgd_system import (
     split,
 )
 from bench.attacks.reconstruction.knowledge_matrix import IDENTIFY_TOL, RANK_RTOL
+from bench.attacks.system_knowledge import own_half_steps
 from bench.errors import require, require_positive_int
 from bench.registry_utils import require_choice
 from bench.threats import View
@@ -50,23 +48,6 @@ def _payloads(view: View, node: int, round_: int) -> dict[int, np.ndarray]:
                 f"attack what the coalition's own models reveal instead (observe: aggregate)"
             )
     return {s: p.detach().cpu().double().numpy() for s, p in got.items()}
-
-
-def own_half_steps(view: View, steps: int, lr: float, theta0: torch.Tensor) -> np.ndarray:
-    """``[steps, |A|, P]``: the coalition's half-steps ``θ_a^t − γ ∇ℓ(θ_a^t; D_a) − θ^0`` computed
-    from its own states and data (full-batch mean loss), for when its messages are masked."""
-    model, loss = flat_model(view), loss_function(view)
-    base = theta0.detach().cpu().double()
-    out = np.empty((steps, len(view.coalition), base.numel()))
-    for t in range(steps):
-        if t not in view.own_states:
-            raise AttackError(f"the coalition's state at the start of round {t} is not in the view")
-        for j, a in enumerate(view.coalition):
-            theta = view.own_states[t][j]
-            x, y = view.own_data[a]
-            grad = dummy_gradient(model, loss, parameter_leaves(model, theta), x, y, create_graph=False)
-            out[t, j] = (theta - lr * grad).detach().cpu().double().numpy() - base.numpy()
-    return out
 
 
 def observations(
@@ -94,7 +75,7 @@ def observations(
     w = np.asarray(knowledge(view, "mixing"), dtype=np.float64)
     base = theta0.detach().cpu().double().numpy()
     members = list(blocks.coalition)
-    sent = own_half_steps(view, steps, lr, theta0) if observe == "aggregate" else None
+    sent = own_half_steps(view, range(steps), lr, theta0) if observe == "aggregate" else None
     observed = np.empty((steps, blocks.m.shape[0], base.size))
     mixed_sent = np.empty((steps, len(members), base.size))
     for t in range(steps):

@@ -37,7 +37,14 @@ import torch
 
 from bench.attacks.base import AttackError
 from bench.attacks.gradient_recovery import MODEL_KIND, common_model
-from bench.attacks.gradients import first_payloads, knowledge
+from bench.attacks.gradients import (
+    dummy_gradient,
+    first_payloads,
+    flat_model,
+    knowledge,
+    loss_function,
+    parameter_leaves,
+)
 from bench.threats import View
 
 #: largest number of candidate senders (besides the victim) searched exhaustively
@@ -207,3 +214,22 @@ def recovery_rounds(round_: int, momentum: bool) -> tuple[int, ...]:
     too with momentum; only ``0`` at ``t = 0``)."""
     back = 2 if momentum else 1
     return tuple(range(max(0, round_ - back), round_ + 1))
+
+
+def own_half_steps(view: View, rounds: range | list[int], lr: float, theta0: torch.Tensor) -> np.ndarray:
+    """``[len(rounds), |A|, P]``: the coalition's half-steps ``θ_a^t − γ ∇ℓ(θ_a^t; D_a) − θ^0`` of
+    ``rounds``, computed from its own states and data (full-batch mean loss), for when its
+    messages are masked."""
+    model, loss = flat_model(view), loss_function(view)
+    base = theta0.detach().cpu().double()
+    rounds = list(rounds)
+    out = np.empty((len(rounds), len(view.coalition), base.numel()))
+    for i, t in enumerate(rounds):
+        if t not in view.own_states:
+            raise AttackError(f"the coalition's state at the start of round {t} is not in the view")
+        for j, a in enumerate(view.coalition):
+            theta = view.own_states[t][j]
+            x, y = view.own_data[a]
+            grad = dummy_gradient(model, loss, parameter_leaves(model, theta), x, y, create_graph=False)
+            out[i, j] = (theta - lr * grad).detach().cpu().double().numpy() - base.numpy()
+    return out

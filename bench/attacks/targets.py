@@ -11,6 +11,8 @@ A *source* names how the observed gradients ``g = ∇_θ L(θ; x, y)`` of a roun
   ``∇L_v = (Θ^t − Θ_v^{t+½}) / η`` (Pasquini et al., CCS 2023, §4.2.1;
   :func:`~bench.attacks.gradient_recovery.recover_neighbor_gradients`: round 0, and any round
   for the victims with ``N(v) ⊆ N(A)``, each at its recomputed ``Θ_v^t``);
+* ``"sybil_difference"`` — two Sybils' secure aggregates differenced into the victim's round-0
+  update, then ``(Θ^0 − Θ_v^{½}) / η`` (Pasquini et al. §6.1; :mod:`bench.attacks.sybil`);
 * ``"auto"`` — ``"neighbor_recovery"`` for a ``neighbors`` view, ``"server_gradient"`` otherwise;
 * ``"server_aggregate"``, ``"neighbor_aggregate"`` — the aggregate a FedSGD server or a D-PSGD
   neighbour learns (what secure aggregation leaves visible), one pooled batch over every
@@ -20,13 +22,15 @@ A *source* names how the observed gradients ``g = ∇_θ L(θ; x, y)`` of a roun
 from __future__ import annotations
 
 from bench.attacks.aggregate import AGGREGATE_SOURCES, aggregate_target
+from bench.attacks.base import AttackError
 from bench.attacks.gradient_recovery import MODEL_KIND, common_model, recover_neighbor_gradients
-from bench.attacks.gradients import GradientTarget, server_targets
+from bench.attacks.gradients import GradientTarget, knowledge, server_targets
+from bench.attacks.sybil import sybil_models
 from bench.attacks.system_knowledge import recovery_rounds, victim_models
 from bench.threats import View
 
 #: sources of one gradient per victim node
-NODE_SOURCES = ("auto", "server_gradient", "neighbor_recovery")
+NODE_SOURCES = ("auto", "server_gradient", "neighbor_recovery", "sybil_difference")
 SOURCES = (*NODE_SOURCES, *AGGREGATE_SOURCES)
 
 
@@ -38,6 +42,7 @@ def source_kinds(source: str) -> tuple[str, ...]:
         "auto": ("gradient", "global_model", MODEL_KIND),
         "server_aggregate": ("gradient", "global_model"),
         "neighbor_aggregate": (MODEL_KIND,),
+        "sybil_difference": (MODEL_KIND,),
     }[source]
 
 
@@ -46,7 +51,7 @@ def source_rounds(source: str, rounds: list[int]) -> tuple[int, ...]:
     round ``t`` is read from round ``t + 1`` too; a neighbour's gradient of round ``t > 0`` from
     rounds ``t − 2 … t``: its model is recomputed from round ``t − 1``, whose own messages and
     momentum need the round before)."""
-    extra = [t + 1 for t in rounds] if source in AGGREGATE_SOURCES else []
+    extra = [t + 1 for t in rounds] if source in (*AGGREGATE_SOURCES, "sybil_difference") else []
     if source in ("neighbor_recovery", "auto"):
         extra = [r for t in rounds if t > 0 for r in recovery_rounds(t, momentum=True)]
     return tuple(sorted({*rounds, *extra}))
@@ -67,6 +72,14 @@ def gradient_targets(view: View, round_: int, source: str) -> list[GradientTarge
         return [aggregate_target(view, round_, source)]
     if resolve_source(view, source) == "server_gradient":
         return server_targets(view, round_)
+    if source == "sybil_difference":
+        if round_ != 0:
+            raise AttackError(
+                "the Sybils' difference gives Θ_v^{t+½}; its gradient needs Θ_v^t: round 0 only"
+            )
+        theta = common_model(view, 0)
+        lr = float(knowledge(view, "hyperparameters")["lr"])
+        return [GradientTarget(v, 0, theta, (theta - m) / lr) for v, m in sybil_models(view, 0).items()]
     grads = recover_neighbor_gradients(view, round_)
     if round_ == 0:
         theta = common_model(view, round_)

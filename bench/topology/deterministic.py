@@ -144,3 +144,14 @@ def pasquini_fig6(n: int | None, seed: int) -> nx.Graph:
     model (Eq. 9) and overrides it (Eq. 11, Fig. 16)."""
     require_fixed_n(n, "pasquini_fig6", 4)
     return nx.Graph([(0, 1), (0, 2), (0, 3), (2, 3)])
+
+
+@GRAPHS.register("pasquini_fig10", "Pasquini et al. Fig. 10: Sybils 0, 1 with N(1) = N(0) minus victim 2")
+def pasquini_fig10(n: int | None, seed: int) -> nx.Graph:
+    """The secure-aggregation evasion graph of Pasquini et al. (S&P 2023, §6.1, Fig. 10): Sybils
+    ``A_a`` (0) and ``A_b`` (1) are both adjacent to ``u1, u2, u3`` (3, 4, 5) and ``A_a`` also to
+    the victim ``v`` (2), so ``N(A_b) = N(A_a) \\ {v}`` (without the Sybils themselves); ``v`` is
+    also adjacent to ``u1`` (the figure's honest edges are not given; ours keeps ``v`` off the
+    leaves)."""
+    require_fixed_n(n, "pasquini_fig10", 6)
+    return nx.Graph([(0, 2), (0, 3), (0, 4), (0, 5), (1, 3), (1, 4), (1, 5), (2, 3)])
