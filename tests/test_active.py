@@ -176,3 +176,56 @@ def test_bad_policies_are_input_errors():
         build_threat("active", coalition=[0], policy="nope")
     with pytest.raises(BenchInputError, match="schedule"):
         build_threat("active", policy="echo", policy_params={"schedule": "later"})
+
+
+def test_echo_raises_the_membership_attack_on_the_victims_update():
+    """C16 at small scale: the modified-entropy attack on node 1's received update (round 98 of
+    100; 4×4 torus, 16 digits per node, full batches, lr 0.05) has a higher AUC when node 0
+    echoes node 1 than when it is only curious, on each of 5 seeds. Measured: honest 0.673 0.592
+    0.680 0.656 0.495, echo 0.886 0.763 0.848 0.758 0.753."""
+    from test_membership_claims import _config
+
+    for seed in range(5):
+        cfg = _config(seed, 16, "torus")
+        echo = build_threat("active", coalition=[0], policy="echo", policy_params={"victim": 1})
+        honest = victim_auc(cfg, build_threat("neighbors", coalition=[0]))
+        assert victim_auc(cfg, echo, echo.adversary()) > honest + 0.05, seed
+
+
+def victim_auc(cfg, threat, adversary=None, hooks=None):
+    """Membership AUC of node 0's modified-entropy attack on node 1's update of round 98 (of 100)."""
+    sim = Simulation(cfg, adversary=adversary, hooks=hooks, threats={"a": threat}, record_rounds=[98])
+    sim.run(100)
+    scorer = Scorer(sim.config, sim.data)
+    pool = scorer.candidates()
+    att = build_attack("membership_threshold", rounds=[98], source="received", signal="mentr")
+    recs = [r for r in att.run(sim.view("a"), pool["x"], pool["y"]) if r.node == 1]
+    answer = {"status": "ok", "reconstructions": [r.to_wire() for r in recs]}
+    return scorer.score("a", "m", att.metrics, answer, None).metrics["membership_auc.auc"]
+
+
+def test_self_centered_clipping_amplifies_the_echo():
+    """C19 at small scale, checked rather than assumed: under self-centered clipping with a small
+    radius (τ = 0.01; He et al. 2022) the membership AUC on node 1's update is higher than without
+    it, both when node 0 is only curious and when it echoes node 1, on each of 3 seeds — SCC
+    weighs a node's own model over its neighbours' and tends to local training. It is not a
+    general amplification of the echo: measured at lr 0.05 over seeds 0–3 (honest, honest+SCC,
+    echo, echo+SCC) — τ = 0.01: (0.673, 0.946, 0.886, 0.949), (0.592, 0.872, 0.763, 0.884),
+    (0.680, 0.936, 0.848, 0.943), (0.656, 0.907, 0.758, 0.921); τ = 0.1: (0.673, 0.678, 0.886,
+    0.790), (0.592, 0.606, 0.763, 0.707), (0.680, 0.688, 0.848, 0.788), (0.656, 0.662, 0.758,
+    0.713) — there SCC *lowers* the echo's AUC; τ = 1 changes nothing (no difference is clipped)."""
+    from test_membership_claims import _config
+
+    from bench.defenses_api import build_defense
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    for seed in range(3):
+        cfg = _config(seed, 16, "torus")
+        plain = build_threat("active", coalition=[0], policy="echo", policy_params={"victim": 1})
+        clipped = build_threat("active", coalition=[0], policy="echo", policy_params={"victim": 1})
+        echo = victim_auc(cfg, plain, plain.adversary())
+        scc = build_defense("scc", {"tau": 0.01}, root, None)
+        assert victim_auc(cfg, clipped, clipped.adversary(), hooks=scc) > echo, seed
+        scc = build_defense("scc", {"tau": 0.01}, root, None)
+        honest = victim_auc(cfg, build_threat("neighbors", coalition=[0]))
+        assert victim_auc(cfg, build_threat("neighbors", coalition=[0]), hooks=scc) > honest + 0.1, seed

@@ -62,7 +62,7 @@ class ReferenceAttack(Attack):
         Use at most this many population samples (``None``: all).
     """
 
-    threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors")
+    threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors", "active")
     metrics: ClassVar[tuple[str, ...]] = ("membership_auc",)
     needs_candidates: ClassVar[bool] = True
     #: the harness passes the attacker's population data and the public recipe to :meth:`run`

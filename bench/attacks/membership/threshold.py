@@ -57,7 +57,7 @@ class MembershipThreshold(Attack):
         accuracy at that threshold beside Pasquini et al.'s oracle one.
     """
 
-    threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors")
+    threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors", "active")
     metrics: ClassVar[tuple[str, ...]] = ("membership_auc",)
     #: the harness passes the candidate pool to :meth:`run`
     needs_candidates: ClassVar[bool] = True
