@@ -192,14 +192,15 @@ def test_echo_raises_the_membership_attack_on_the_victims_update():
         assert victim_auc(cfg, echo, echo.adversary()) > honest + 0.05, seed
 
 
-def victim_auc(cfg, threat, adversary=None, hooks=None):
-    """Membership AUC of node 0's modified-entropy attack on node 1's update of round 98 (of 100)."""
+def victim_auc(cfg, threat, adversary=None, hooks=None, victim=1):
+    """Membership AUC of node 0's modified-entropy attack on ``victim``'s update of round 98 (of
+    100)."""
     sim = Simulation(cfg, adversary=adversary, hooks=hooks, threats={"a": threat}, record_rounds=[98])
     sim.run(100)
     scorer = Scorer(sim.config, sim.data)
     pool = scorer.candidates()
     att = build_attack("membership_threshold", rounds=[98], source="received", signal="mentr")
-    recs = [r for r in att.run(sim.view("a"), pool["x"], pool["y"]) if r.node == 1]
+    recs = [r for r in att.run(sim.view("a"), pool["x"], pool["y"]) if r.node == victim]
     answer = {"status": "ok", "reconstructions": [r.to_wire() for r in recs]}
     return scorer.score("a", "m", att.metrics, answer, None).metrics["membership_auc.auc"]
 
@@ -229,3 +230,10 @@ def test_self_centered_clipping_amplifies_the_echo():
         scc = build_defense("scc", {"tau": 0.01}, root, None)
         honest = victim_auc(cfg, build_threat("neighbors", coalition=[0]))
         assert victim_auc(cfg, build_threat("neighbors", coalition=[0]), hooks=scc) > honest + 0.1, seed
+
+
+def test_victims_must_be_neighbours_of_the_coalition():
+    for policy, params in (("echo", {"victim": 4}), ("state_override", {"victims": [4]})):
+        act = build_threat("active", coalition=[0], policy=policy, policy_params=params)
+        with pytest.raises(BenchInputError, match="victim"):
+            Simulation(config("torus", 9), adversary=act.adversary(), threats={"a": act})

@@ -6,10 +6,12 @@ from typing import Any
 
 import torch
 
-from bench.active.policy import POLICIES, ActivePolicy
+from bench.active.policy import POLICIES, ActivePolicy, Normalization
 from bench.errors import BenchInputError
 from bench.membership.marginalization import marginalize
 from bench.registry_utils import require_choice
+from bench.simulation.flat import FlatModel
+from bench.simulation.hooks import RunInfo
 
 ECHOES = ("alg2", "eq6", "received")
 
@@ -56,15 +58,21 @@ class Echo(ActivePolicy):
         self.model = require_choice(model, ECHOES, "threat.policy_params.model")
         self.rounds = None if rounds is None else frozenset(int(t) for t in rounds)
 
+    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization) -> None:
+        super().bind(run, flat, normalization)
+        a = self.nodes[0]
+        if self.victim not in self.neighbours(a):
+            raise BenchInputError(
+                "threat.policy_params.victim",
+                self.victim,
+                reason=f"not a neighbour of the attacker {a} (its neighbours: {self.neighbours(a)})",
+            )
+
     def forge(self, round_: int, models: dict[int, torch.Tensor]) -> dict[tuple[int, int], torch.Tensor]:
         if self.rounds is not None and round_ not in self.rounds:
             return {}
         a = self.nodes[0]
         nbrs = self.neighbours(a)
-        if self.victim not in nbrs:
-            raise BenchInputError(
-                "threat.policy_params.victim", self.victim, reason=f"not a neighbour of the attacker {a}"
-            )
         held = [a, *nbrs]
         if any(u not in models for u in held):
             return {}

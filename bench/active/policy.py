@@ -34,6 +34,8 @@ from bench.simulation.hooks import AdversaryPolicy, RoundContext, RunInfo
 from bench.simulation.messages import MessageBatch
 
 POLICIES: Registry = Registry("active policy")
+#: the inputs' ``(mean, std)`` per channel
+Normalization = tuple[tuple[float, ...], tuple[float, ...]]
 SCHEDULES = ("rushing", "synchronous")
 MODEL_KIND = "model"
 
@@ -50,14 +52,12 @@ class ActivePolicy(AdversaryPolicy):
         self.schedule = require_choice(schedule, SCHEDULES, "threat.policy_params.schedule")
         self.run: RunInfo | None = None
         self.flat: FlatModel | None = None
-        self.normalization: tuple[tuple[float, ...], tuple[float, ...]] = ((0.0,), (1.0,))
+        self.normalization: Normalization = ((0.0,), (1.0,))
         self.seen: dict[int, dict[int, torch.Tensor]] = {}
         #: ``(member, receiver) -> model`` the coalition delivered in the last round
         self.sent_to: dict[tuple[int, int], torch.Tensor] = {}
 
-    def bind(
-        self, run: RunInfo, flat: FlatModel, normalization: tuple[tuple[float, ...], tuple[float, ...]]
-    ) -> None:
+    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization) -> None:
         if run.protocol not in self.protocols or run.mixing is None:
             raise BenchInputError(
                 "threat.policy",

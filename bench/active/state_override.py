@@ -7,11 +7,13 @@ from typing import Any
 
 import torch
 
-from bench.active.policy import POLICIES, ActivePolicy
+from bench.active.policy import POLICIES, ActivePolicy, Normalization
 from bench.active.trap import trap_weights
 from bench.data.stacked import derive_seed
 from bench.errors import BenchInputError
 from bench.registry_utils import require_choice
+from bench.simulation.flat import FlatModel
+from bench.simulation.hooks import RunInfo
 
 PAYLOADS = ("trap", "random")
 
@@ -68,6 +70,16 @@ class StateOverride(ActivePolicy):
         self.trap_gain = float(trap_gain)
         #: ``(round, victim) -> Θ̃`` of the last round forged (diagnostics and tests)
         self.targets: dict[tuple[int, int], torch.Tensor] = {}
+
+    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization) -> None:
+        super().bind(run, flat, normalization)
+        for v in self.victims:
+            if not 0 <= v < run.n_nodes or v in self.nodes or not set(self.nodes) & set(self.neighbours(v)):
+                raise BenchInputError(
+                    "threat.policy_params.victims",
+                    list(self.victims),
+                    reason=f"node {v} is not an honest neighbour of the coalition {list(self.nodes)}",
+                )
 
     def target(self, round_: int, v: int, own: torch.Tensor) -> torch.Tensor:
         """``Θ̃`` for victim ``v`` in ``round_`` (``own``: the forging member's own half-step)."""
