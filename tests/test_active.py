@@ -237,3 +237,31 @@ def test_victims_must_be_neighbours_of_the_coalition():
         act = build_threat("active", coalition=[0], policy=policy, policy_params=params)
         with pytest.raises(BenchInputError, match="victim"):
             Simulation(config("torus", 9), adversary=act.adversary(), threats={"a": act})
+
+
+def test_echo_is_stronger_on_low_degree_victims():
+    """C17 at small scale (Pasquini et al. Fig. 13): the attacker (node 0) has degree 3, attached
+    to a random d-regular graph on the 16 other nodes; its first neighbour is the victim (degree
+    d + 1). The echo's effect — the victim's AUC under echo, and its gain over the honest run —
+    falls as d grows. Measured over seeds 0–3 (mean echo AUC / mean gain): d = 2: 0.790 / 0.170;
+    d = 4: 0.722 / 0.125; d = 8: 0.649 / 0.064; d = 14: 0.615 / 0.035."""
+    from test_membership_claims import _config
+
+    from bench.data.stacked import derive_seed
+    from bench.topology import Topology
+
+    gains = {}
+    for d in (2, 8, 14):
+        gains[d] = []
+        for seed in range(4):
+            cfg = _config(seed, 17, "regular_with_attacker", degree=d)
+            topo = Topology.build(
+                "regular_with_attacker", n=17, seed=derive_seed(seed, "topology"), degree=d, mixing="uniform"
+            )
+            v = min(topo.graph.neighbors(0))
+            echo = build_threat("active", coalition=[0], policy="echo", policy_params={"victim": v})
+            honest = victim_auc(cfg, build_threat("neighbors", coalition=[0]), victim=v)
+            gains[d].append(victim_auc(cfg, echo, echo.adversary(), victim=v) - honest)
+    mean = {d: sum(g) / len(g) for d, g in gains.items()}
+    assert mean[2] > mean[8] > mean[14] > 0
+    assert all(a > b for a, b in zip(gains[2], gains[14], strict=True))

@@ -132,3 +132,23 @@ def test_recovery_after_round_zero_needs_the_victims_neighbourhood():
     assert len(recover_neighbor_gradients(sim.view("nb"), 0)) == 4
     with pytest.raises(AttackError, match="N\\(v\\) ⊆ N\\(A\\)"):
         recover_neighbor_gradients(sim.view("nb"), 1)
+
+
+def test_inverting_a_recovered_gradient_equals_the_fl_servers_inversion():
+    """C22: the curious neighbour's inversion of ``v``'s round-3 gradient (recomputed model,
+    recovered gradient) is the FL server's inversion of the same upload — the true gradient at
+    the true model, same restarts — to float error, so its quality is the server's (batch 4,
+    Inverting Gradients, 200 iterations)."""
+    from bench.attacks import build_attack
+    from bench.attacks.gradients import GradientTarget
+
+    sim = fig6_sim()
+    view = sim.view("A")
+    recovered = recover_neighbor_gradients(view, 3)[2]
+    theta = victim_models(view, 3)[2]
+    true_theta = sim.view("v2").own_states[3][0]
+    attack = build_attack("inverting_gradients", iterations=200, restarts=2, batch_size=4)
+    ours = attack.invert(view, [GradientTarget(2, 3, theta, recovered)])[0]
+    server = attack.invert(view, [GradientTarget(2, 3, true_theta, true_gradient(sim, 2, 3))])[0]
+    assert float((ours.x - server.x).abs().max()) < 1e-6
+    assert ours.extra["final_loss"] == pytest.approx(server.extra["final_loss"], rel=1e-6)

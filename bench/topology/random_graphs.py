@@ -208,3 +208,29 @@ def random_geometric(
     graph = relabel(graph)
     graph.graph["radius"] = r
     return graph
+
+
+@GRAPHS.register(
+    "regular_with_attacker", "node 0 attached to a few nodes of a random d-regular graph on the others"
+)
+def regular_with_attacker(
+    n: int | None,
+    seed: int,
+    *,
+    degree: int | None = None,
+    attacker_degree: int = 3,
+    max_tries: int = DEFAULT_MAX_TRIES,
+) -> nx.Graph:
+    """Pasquini et al.'s Fig. 13 setting (S&P 2023, §5.1): nodes ``1 … n−1`` form a random
+    ``degree``-regular graph (:func:`random_regular`) and node 0, the attacker, is attached to
+    ``attacker_degree`` of them drawn at random, so that the victims' degree (``degree + 1`` for
+    those attached) varies while the attacker's stays fixed."""
+    n = require_n(n, "regular_with_attacker", 3)
+    k = require_positive_int(attacker_degree, topology_field("attacker_degree"))
+    require(k < n, topology_field("attacker_degree"), k, f"must be smaller than n = {n}")
+    rest = random_regular(n - 1, seed, degree=degree, max_tries=max_tries)
+    graph = nx.relabel_nodes(rest, {v: v + 1 for v in rest.nodes})
+    graph.add_node(0)
+    rng = np.random.default_rng(seed)
+    graph.add_edges_from((0, int(v) + 1) for v in rng.choice(n - 1, size=k, replace=False))
+    return relabel(graph)
