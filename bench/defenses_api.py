@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 DEFENSES: Registry = Registry("defense")
 
 
+#: the honest-but-curious threat models (every registered one but ``active``)
+PASSIVE_THREATS: tuple[str, ...] = ("server", "fl_user", "neighbors", "eavesdropper")
+#: every threat model, for defenses whose guarantee does not depend on the adversary following
+#: the protocol (differential privacy of what an honest node sends; robust aggregation)
+ALL_THREATS: tuple[str, ...] = (*PASSIVE_THREATS, "active")
+
+
 class Defense(DefenseHooks):
     """Base class of defense plugins.
 
@@ -46,10 +53,16 @@ class Defense(DefenseHooks):
     examples:
         Typical parameter sets; the contract test runs each on every protocol the defense
         applies to and requires the run to differ from the undefended one.
+    threats:
+        The threat models the defense claims to address (:data:`PASSIVE_THREATS` by default:
+        honest-but-curious servers, users, neighbours and eavesdroppers). On a track of another
+        threat model (e.g. ``active``, a deviating coalition) it is still evaluated and shown,
+        but not ranked: a defense is judged against the adversaries it claims to stop.
     """
 
     protocols: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
+    threats: ClassVar[tuple[str, ...]] = PASSIVE_THREATS
 
     run: RunInfo
 

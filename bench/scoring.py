@@ -77,6 +77,7 @@ BASE_COLUMNS: tuple[str, ...] = (
     "last_failure",
     "runtime_mean",
     "worst_attack",
+    "claimed",
 )
 
 #: the metric holding a membership attack's empirical ε lower bound (:mod:`bench.metrics.membership`)
@@ -156,6 +157,7 @@ class _Entry:
     epsilon: list[float] = field(default_factory=list)
     deltas: list[float] = field(default_factory=list)
     epsilon_lb: list[float] = field(default_factory=list)
+    claimed: bool = True
 
 
 def _task_threats(results: list[JobResult]) -> dict[str, list[str]]:
@@ -195,10 +197,13 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         ``results`` on a tie — or ``""``), one
         ``leakage:<attack>`` column per attack (mean over successful seeds, NaN where the attack
         failed everywhere or is not in the track's suite; adaptive variants are attacks named
-        ``<name>+adaptive``), ``worst_attack`` (:func:`worst_attack`), ``above_floor`` (bool) and ``rank``
-        (``Int64``, 1 = best, ``<NA>`` unranked). ``df.attrs["track_attacks"]`` maps each track
-        to the attacks of its suite. A job fails on every track of its task; the tracks of a task
-        are the threats named by any of its jobs.
+        ``<name>+adaptive``), ``worst_attack`` (:func:`worst_attack`), ``claimed`` (the defense
+        claims to address the track's threat model: ``provenance["claims"]``, the defense's
+        :attr:`~bench.defenses_api.Defense.threats`; a job without the record counts as claiming),
+        ``above_floor`` (bool) and ``rank`` (``Int64``, 1 = best, ``<NA>`` unranked: below the
+        floor, not claimed, or without a successful seed or attack). ``df.attrs["track_attacks"]``
+        maps each track to the attacks of its suite. A job fails on every track of its task; the
+        tracks of a task are the threats named by any of its jobs.
 
     Only the newest version of each entry is aggregated (:func:`split_versions`); the number of
     jobs left out is ``df.attrs["superseded"]``.
@@ -222,6 +227,9 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
                 e.utility_floor = float(r.utility_floor)
             if e.utility_metric is None:
                 e.utility_metric = r.utility_metric
+            claims = r.provenance.get("claims")
+            if claims is not None and threat != NO_THREAT and threat not in claims:
+                e.claimed = False
             outcomes = [a for a in r.attacks if a.threat == threat]
             suites[track_id(r.task, threat)].update(a.attack for a in outcomes)
             if r.status != "ok":
@@ -281,11 +289,12 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         for attack in attacks:
             row[LEAKAGE_PREFIX + attack] = _mean(e.leakage.get(attack, []))
         row["worst_attack"] = worst_attack({a: _mean(v) for a, v in e.leakage.items()})
+        row["claimed"] = e.claimed
         rows.append(row)
 
     columns = [*BASE_COLUMNS, *(LEAKAGE_PREFIX + a for a in attacks), "above_floor", "rank"]
     df = pd.DataFrame(rows, columns=[c for c in columns if c not in ("above_floor", "rank")])
-    df = df.astype({"seeds": "int64", "failed": "int64", "last_failure": "object"})
+    df = df.astype({"seeds": "int64", "failed": "int64", "last_failure": "object", "claimed": "bool"})
     for col in (
         "privacy_mean",
         "privacy_std",
@@ -302,7 +311,9 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
     df["above_floor"] = (floor.isna() | (df["utility_mean"] >= floor)).astype(bool)
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
     for _, group in df.groupby("track", sort=False):
-        eligible = group[group["above_floor"] & (group["seeds"] >= 1) & group["privacy_mean"].notna()]
+        eligible = group[
+            group["above_floor"] & group["claimed"] & (group["seeds"] >= 1) & group["privacy_mean"].notna()
+        ]
         order = sorted(
             eligible.index,
             key=lambda i: (
@@ -366,10 +377,12 @@ def pareto_front(df_track: pd.DataFrame) -> list[str]:
     Returns
     -------
     list[str]
-        Labels of the entries with both means defined for which no other entry is at least as
-        good in both and strictly better in one; by privacy descending, then utility descending.
+        Labels of the entries with both means defined, whose defense claims the track's threat
+        model, for which no other such entry is at least as good in both and strictly better in
+        one; by privacy descending, then utility descending.
     """
-    ok = df_track[df_track["privacy_mean"].notna() & df_track["utility_mean"].notna()]
+    claimed = df_track["claimed"] if "claimed" in df_track.columns else True
+    ok = df_track[df_track["privacy_mean"].notna() & df_track["utility_mean"].notna() & claimed]
     points = [
         (float(p), float(u), str(d))
         for p, u, d in zip(ok["privacy_mean"], ok["utility_mean"], ok["defense"], strict=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from bench.defenses_api import DEFENSES
+from bench.defenses_api import ALL_THREATS, DEFENSES
 from bench.privacy.defense import PerSampleDP
 
 
@@ -52,6 +52,8 @@ class DPSGD(PerSampleDP):
         ``"rdp"`` or ``"prv"`` (Opacus).
     """
 
+    #: local DP of everything the node sends holds whatever its neighbours do
+    threats = ALL_THREATS
     examples: ClassVar = (
         {"noise_multiplier": 1.0, "clip_norm": 1.0},
         {"target_epsilon": 8.0, "clip_norm": 0.5, "sampling": "poisson", "sample_rate": 0.5},

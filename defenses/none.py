@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bench.defenses_api import DEFENSES, Defense
+from bench.defenses_api import ALL_THREATS, DEFENSES, Defense
 
 if TYPE_CHECKING:
     from bench.protocols import Protocol
@@ -16,6 +16,7 @@ class NoDefense(Defense):
     it applies to every protocol (the one defense allowed to change nothing)."""
 
     examples = ()
+    threats = ALL_THREATS  # the baseline of every track
 
     def applies_to(self, name: str, protocol: Protocol) -> str | None:
         return None

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from bench.defense_ops import column_blocks, norm_scale
-from bench.defenses_api import DEFENSES, Defense
+from bench.defenses_api import ALL_THREATS, DEFENSES, Defense
 from bench.errors import require, require_number, require_positive_int
 from bench.simulation.hooks import Aggregator, RoundContext
 from bench.simulation.messages import MessageBatch
@@ -60,6 +60,7 @@ class SelfCenteredClipping(Defense):
     """
 
     protocols = ("dpsgd", "gossip_averaging")
+    threats = ALL_THREATS  # robust aggregation is aimed at deviating neighbours
     examples = ({"tau": 0.1}, {"tau": "adaptive"})
 
     def __init__(self, tau: float | Literal["adaptive"] = 1.0, clipped: int | None = None) -> None:

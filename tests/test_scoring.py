@@ -275,3 +275,21 @@ def test_the_empirical_epsilon_lower_bound_is_reported_and_flagged_above_the_cla
     assert plain["epsilon_lb"].isna().all()
     assert "ε lb" not in format_table(tables_by_track(plain)["img/server"])
     assert "ε lower bound" not in render_index(tables_by_track(plain), {})
+
+
+def test_a_defense_is_ranked_only_on_the_threat_models_it_claims() -> None:
+    """An entry whose defense does not claim the track's threat model (``provenance["claims"]``,
+    from :attr:`Defense.threats`) is shown but not ranked; a job without the record claims all."""
+    jobs = [
+        job("t", "active", "passive_only", 0, {"a": 0.1}, 0.9, None),
+        job("t", "active", "robust", 0, {"a": 0.5}, 0.9, None),
+        job("t", "active", "legacy", 0, {"a": 0.7}, 0.9, None),
+    ]
+    jobs[0].provenance = {"claims": ["server", "neighbors"]}
+    jobs[1].provenance = {"claims": ["server", "neighbors", "active"]}
+    df = entry_table(jobs).set_index("defense")
+    assert not df.loc["passive_only", "claimed"] and pd.isna(df.loc["passive_only", "rank"])
+    assert df.loc["robust", "claimed"] and df.loc["robust", "rank"] == 1  # the best privacy is unranked
+    assert df.loc["legacy", "claimed"] and df.loc["legacy", "rank"] == 2
+    front = pareto_front(entry_table(jobs)[lambda d: d["track"] == "t/active"])
+    assert front == ["robust"]  # passive_only (privacy 0.9) would dominate it, but is not claimed

@@ -77,6 +77,7 @@ def plan_defense(defense: DefenseSpec, tasks: list[TaskSpec], root: Path) -> Def
         reasons={k: v["reason"] for k, v in per.items()},
         overrides={k: dict(v["overrides"]) for k, v in per.items()},
         adaptive_knowledge=dict(out["adaptive_knowledge"]),
+        threats=tuple(str(t) for t in out.get("threats", ())),
     )
 
 

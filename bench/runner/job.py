@@ -176,7 +176,12 @@ def run_job(
         "utility_metric": task.utility.metric,
         "utility_floor": task.utility.floor,
     }
-    prov = {**provenance(job.key, spec.seed, "cpu"), "version": job.version, "code": job.code}
+    prov = {
+        **provenance(job.key, spec.seed, "cpu"),
+        "version": job.version,
+        "code": job.code,
+        "claims": list(job.plan.threats),  # the threat models the defense claims to address
+    }
     try:
         attacks = with_adaptive(build_attacks(task), spec.defense.name, job.plan.adaptive_knowledge)
         cfg = job.config

@@ -23,7 +23,8 @@ from bench.wire import unblob
 def describe_defense(request: dict[str, Any]) -> dict[str, Any]:
     """Child side. ``request``: ``name``, ``params``, ``source`` (a blob), ``root``, and
     ``protocols``: ``key -> [protocol name, protocol params]``. Returns ``protocols`` (the
-    names the defense declares), ``adaptive_knowledge`` and, per key, ``reason`` (``None`` when
+    names the defense declares), ``threats`` (the threat models it claims to address),
+    ``adaptive_knowledge`` and, per key, ``reason`` (``None`` when
     it applies) and ``overrides``."""
     defense = build_defense(
         request["name"], request["params"], Path(request["root"]), unblob(request["source"])
@@ -35,6 +36,7 @@ def describe_defense(request: dict[str, Any]) -> dict[str, Any]:
         per_key[key] = {"reason": defense.applies_to(name, protocol), "overrides": overrides}
     return {
         "protocols": list(defense.protocols),
+        "threats": [str(t) for t in defense.threats],
         "adaptive_knowledge": dict(defense.adaptive_knowledge()),
         "per_protocol": per_key,
     }
@@ -57,6 +59,9 @@ class DefensePlan:
         parameters it sets.
     adaptive_knowledge:
         What an adaptive attacker is told about the defense.
+    threats:
+        The threat models the defense claims to address (:attr:`Defense.threats`); on other
+        tracks its entries are not ranked.
     """
 
     name: str
@@ -66,3 +71,4 @@ class DefensePlan:
     reasons: dict[str, str | None]
     overrides: dict[str, dict[str, Any]]
     adaptive_knowledge: dict[str, Any]
+    threats: tuple[str, ...] = ()

@@ -115,6 +115,8 @@ def _rows(df: pd.DataFrame, attacks: list[str], front: set[str]) -> list[dict[st
         if not ranked:
             if int(rec.get("seeds", 0)) < 1:
                 note = "no successful seed"
+            elif not bool(rec.get("claimed", True)):
+                note = "threat not claimed by the defense"
             elif not bool(rec.get("above_floor", True)):
                 note = "below utility floor"
             elif math.isnan(_float(rec.get("privacy_mean"))):

@@ -116,3 +116,16 @@ def test_the_baseline_applies_everywhere_and_changes_nothing():
         name, protocol = protocol_of(key)
         assert defense("none").applies_to(name, protocol) is None
         assert not differs(run(key, defense("none")), run(key, None))
+
+
+def test_every_defense_claims_registered_threat_models():
+    """:attr:`Defense.threats` names registered threat models; the passive ones by default, and
+    ``active`` only where the guarantee does not rest on the adversary following the protocol
+    (local DP of what an honest node sends, robust aggregation) — and for the baseline."""
+    from bench.threats import THREATS
+
+    for name in DEFENSES.names():
+        claims = DEFENSES.get(name).threats
+        assert claims and set(claims) <= set(THREATS.names()), name
+    active = {n for n in DEFENSES.names() if "active" in DEFENSES.get(n).threats}
+    assert active == {"none", "dp_sgd", "scc"}
