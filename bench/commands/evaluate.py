@@ -39,6 +39,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from bench.scoring import entry_table, superseded_versions, tables_by_track
     from bench.simulation.lightning import quiet_lightning
     from bench.site import write_site
+    from bench.site.graph_figure import track_figures
     from bench.site.text import format_table
 
     root = bench_root(args.root)
@@ -152,6 +153,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             "generated_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         },
         superseded_versions(results),
+        track_figures(results, {s.task.name: s.task for s in specs}),
     )
     failed = sum(r.status == "failed" for r in results)
     print(f"\n{ran} jobs run, {skipped} already in the store, {failed} failed; {wall:.1f} s")

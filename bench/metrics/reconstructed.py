@@ -34,7 +34,8 @@ class ReconstructedFraction(Metric):
     * ``mse``: mean of ``‖x̂ − x‖²`` over all victims, an unanswered one scored at the
       data-independent guess ``x̄ = info.prior_x``; ``baseline``: the mean of ``‖x̄ − x‖²``;
       ``mse_leakage = 1 − mse / baseline`` (as ``input_mse`` does for single samples);
-    * ``victims``, ``reconstructed``.
+    * ``victims``, ``reconstructed``, and ``ok@<node>`` per victim (1 reconstructed, 0 not: the
+      page's graph figure, :mod:`bench.site.graph_figure`).
 
     Why not ``input_mse``: it pairs each reconstructed sample with one true sample, whereas the
     value here is the mean of a node's samples (any local-set size), and it cannot count
@@ -79,6 +80,7 @@ class ReconstructedFraction(Metric):
             "mse_leakage": clip01(1.0 - mse / baseline) if baseline > 0 else 0.0,
             "victims": float(len(recs)),
             "reconstructed": float(hit.sum()),
+            **{f"ok@{rec.node}": float(h) for rec, h in zip(recs, hit.tolist(), strict=True)},
         }
 
     def leakage(self, values: dict[str, float]) -> float:

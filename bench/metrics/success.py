@@ -40,7 +40,8 @@ class PSNRSuccess(Metric):
       :data:`~bench.metrics.image.PSNR_PERFECT`; capping keeps one exact (100 dB) victim from
       standing in for the others;
     * ``rate@d<k>`` / ``victims@d<k>``: the rate among victims at ``k`` hops from the coalition,
-      when the reconstructions carry ``extra["distance"]`` (the D-GD line graph's "by distance").
+      when the reconstructions carry ``extra["distance"]`` (the D-GD line graph's "by distance");
+    * ``ok@<node>`` per victim (1 success, 0 not: the page's graph figure).
 
     Leakage
     -------
@@ -86,6 +87,7 @@ class PSNRSuccess(Metric):
         for i, d in enumerate(distance):
             if d >= 0:
                 groups[d].append(i)
+        out.update({f"ok@{rec.node}": float(h) for rec, h in zip(recs, hit.tolist(), strict=True)})
         for d, rows in sorted(groups.items()):
             out[f"rate@d{d}"] = float(hit[rows].double().mean())
             out[f"victims@d{d}"] = float(len(rows))

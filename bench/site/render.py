@@ -172,7 +172,10 @@ def _meta_items(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def render_index(
-    tables: Mapping[str, pd.DataFrame], meta: Mapping[str, Any], superseded: pd.DataFrame | None = None
+    tables: Mapping[str, pd.DataFrame],
+    meta: Mapping[str, Any],
+    superseded: pd.DataFrame | None = None,
+    figures: Mapping[str, Any] | None = None,
 ) -> str:
     """Render the leaderboard page.
 
@@ -187,6 +190,9 @@ def render_index(
     superseded:
         Older versions of entries still in the store
         (:func:`bench.scoring.superseded_versions`), listed unranked below the tracks.
+    figures:
+        ``track -> inline SVG`` shown under the track's table (the graph figures of
+        :mod:`bench.site.graph_figure`, built by this package from numbers, already escaped).
 
     Returns
     -------
@@ -215,6 +221,7 @@ def render_index(
                 "has_lb": "epsilon_lb" in df.columns and bool(df["epsilon_lb"].notna().any()),
                 "front": front,
                 "rows": _rows(df, attacks, set(front)),
+                "figure": (figures or {}).get(str(track)),
             }
         )
     script, script_hash = _script()
@@ -234,12 +241,13 @@ def write_site(
     out_dir: Path,
     meta: Mapping[str, Any],
     superseded: pd.DataFrame | None = None,
+    figures: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the leaderboard page to ``out_dir/index.html``.
 
     Parameters
     ----------
-    tables, meta, superseded:
+    tables, meta, superseded, figures:
         As for :func:`render_index`.
     out_dir:
         Output folder, created when missing. The file is replaced atomically.
@@ -251,7 +259,7 @@ def write_site(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    html = render_index(tables, meta, superseded)
+    html = render_index(tables, meta, superseded, figures)
     target = out_dir / "index.html"
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".index.", suffix=".html.tmp")
     try:
