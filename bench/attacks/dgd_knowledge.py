@@ -203,10 +203,12 @@ class DGDKnowledgeMatrix(Attack):
             and int(hp.get("local_steps", 1)) == 1
             and int(hp.get("gossip_steps", 1)) == 1
             and not hp.get("momentum")
+            and not hp.get("lr_milestones")
         )
         if not dgd:
             raise AttackError(
-                "the attack models D-GD: full local batches, one local and one gossip step, no momentum; "
+                "the attack models D-GD: full local batches, one local and one gossip step, no momentum, "
+                "a constant step; "
                 f"got { ({k: hp.get(k) for k in ('batch_size', 'local_steps', 'gossip_steps', 'momentum')}) }"
             )
         return float(hp["lr"])

@@ -10,7 +10,8 @@ sent) every ``Θ_u^{t−½}``, ``u ∈ N(v)`` — including ``v``'s own — so i
 under plain SGD. With heavy-ball momentum ``μ`` (``m^t = μ m^{t−1} + ∇L^t``, PyTorch's
 convention, the paper's training uses μ = 0.9) the step is the momentum buffer; the gradient is
 ``∇L^t = m^t − μ m^{t−1}`` from two consecutive recoveries (the caveat the paper leaves open),
-which needs rounds ``t − 2 … t`` recorded. Round 0 uses the common initialization
+which needs rounds ``t − 2 … t`` recorded. Each round's ``η_t`` follows the protocol's public
+step-decay schedule (:func:`~bench.protocols.decentralized.lr_at`). Round 0 uses the common initialization
 (:func:`~bench.attacks.gradient_recovery.common_model`), ``m^{−1} = 0``.
 
 What the coalition itself sent, ``Θ_a^{t−½}``, comes from its own mixing:
@@ -45,6 +46,7 @@ from bench.attacks.gradients import (
     loss_function,
     parameter_leaves,
 )
+from bench.protocols.decentralized import lr_at
 from bench.threats import View
 
 #: largest number of candidate senders (besides the victim) searched exhaustively
@@ -180,7 +182,7 @@ def delivered_by_coalition(view: View, round_: int) -> dict[tuple[int, int], tor
 
 def recover_steps(view: View, round_: int, neighbourhood: str = "known") -> dict[int, torch.Tensor]:
     """``v -> m_v^t = (Θ_v^t − Θ_v^{t+½}) / η`` for every victim of :func:`victim_models`."""
-    lr = float(knowledge(view, "hyperparameters")["lr"])
+    lr = lr_at(knowledge(view, "hyperparameters"), round_)  # the public schedule's η_t
     models = victim_models(view, round_, neighbourhood)
     current = first_payloads(view, round_, MODEL_KIND, step=0, exclude=view.coalition)
     return {v: (models[v] - current[v].to(models[v].dtype)) / lr for v in sorted(models)}

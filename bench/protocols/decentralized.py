@@ -53,6 +53,10 @@ class DPSGD(_Gossiping):
         Minibatch size (``None`` = full batch: D-GD) and local steps per round.
     gossip_steps:
         Gossip steps K after the local update.
+    lr_milestones, lr_gamma:
+        Step decay: the learning rate of round ``t`` is ``η γ^{#{m ∈ milestones : m ≤ t}}``
+        (Pasquini et al. App. B: ×0.1 at rounds 200, 350 and 450 "to speed up consensus");
+        public like ``η``, so an attacker follows it (:func:`lr_at`).
     """
 
     def __init__(
@@ -62,6 +66,8 @@ class DPSGD(_Gossiping):
         local_steps: int = 1,
         gossip_steps: int = 1,
         momentum: float = 0.0,
+        lr_milestones: list[int] | tuple[int, ...] = (),
+        lr_gamma: float = 0.1,
     ) -> None:
         super().__init__()
         self.lr = check_lr(lr)
@@ -75,6 +81,15 @@ class DPSGD(_Gossiping):
             "must be a number in [0, 1)",
         )
         self.momentum = float(momentum)
+        require(
+            isinstance(lr_milestones, (list, tuple))
+            and all(isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in lr_milestones),
+            "protocol.lr_milestones",
+            lr_milestones,
+            "must be a list of positive round indices",
+        )
+        self.lr_milestones = sorted(int(m) for m in lr_milestones)
+        self.lr_gamma = check_lr(lr_gamma, "protocol.lr_gamma")
 
     hook_points = Protocol.hook_points | {"local_update"}
 
@@ -94,7 +109,8 @@ class DPSGD(_Gossiping):
 
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None
-        half, loss = self.local_sgd(t, state, state["theta"], batch, self.lr, self.momentum)
+        lr = lr_at(self.hyperparameters(), t)
+        half, loss = self.local_sgd(t, state, state["theta"], batch, lr, self.momentum)
         state["theta"] = self.gossip(t, state, half, self.gossip_steps, "model")
         return {"loss": loss}
 
@@ -134,3 +150,10 @@ class GossipAveraging(_Gossiping):
         state["theta"] = self.gossip(t, state, state["theta"], self.gossip_steps, "value")
         err = (state["theta"] - state["private"].mean(0)).pow(2).sum(1).mean()
         return {"loss": err}
+
+
+def lr_at(hyperparameters: dict, t: int) -> float:
+    """The learning rate of round ``t`` from public hyperparameters: ``lr · lr_gamma^k`` with
+    ``k`` the number of ``lr_milestones`` at or before ``t`` (a constant ``lr`` without them)."""
+    passed = sum(int(m) <= t for m in hyperparameters.get("lr_milestones", ()))
+    return float(hyperparameters["lr"]) * float(hyperparameters.get("lr_gamma", 0.1)) ** passed
