@@ -204,3 +204,20 @@ def test_failure_reason_is_shown_and_escaped() -> None:
     assert ("td", "title", f"last failure: {failed.reason}") in p.attrs
     clean = render_index(tables_by_track(entry_table([ok])), {})
     assert 'class="note reason"' not in clean
+
+
+def test_active_tracks_come_last_under_their_own_heading() -> None:
+    """Tracks of the ``active`` threat model are grouped after the passive ones, and a defense
+    that does not claim it shows the reason it is unranked."""
+    jobs = [
+        job("a_task", "active", "none", 0, {"x": 0.5}, 0.9, None),
+        job("a_task", "active", "noise", 0, {"x": 0.1}, 0.9, None),
+        job("z_task", "server", "none", 0, {"y": 0.5}, 0.9, None),
+    ]
+    jobs[1].provenance = {"claims": ["server"]}
+    html = render_index(tables_by_track(entry_table(jobs)), {})
+    passive = html.index("Task z_task")
+    heading = html.index('id="active-adversaries"')
+    active = html.index("Task a_task")
+    assert passive < heading < active
+    assert "threat not claimed by the defense" in html

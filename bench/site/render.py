@@ -32,6 +32,8 @@ SCRIPT = "sort.js"
 DEFAULT_TITLE = "bench leaderboard: privacy in federated and decentralized learning"
 #: Characters of a failure reason shown under the failed count (the whole reason is its tooltip).
 REASON_SHOWN = 80
+#: The threat model whose tracks the page groups under "Active adversaries".
+ACTIVE_THREAT = "active"
 #: Metadata shown first, in this order; other keys follow alphabetically.
 META_ORDER = ("suite", "generated_at", "commit", "store")
 
@@ -201,7 +203,9 @@ def render_index(
     """
     used: set[str] = set()
     tracks = []
-    for track, df in tables.items():
+    # the passive tracks first, then the active ones under their own heading
+    ordered = sorted(tables.items(), key=lambda kv: _first(kv[1], "threat", "") == ACTIVE_THREAT)
+    for track, df in ordered:
         attacks = track_attacks(df, track)
         front = pareto_front(df) if len(df) else []
         tracks.append(
@@ -222,6 +226,7 @@ def render_index(
                 "front": front,
                 "rows": _rows(df, attacks, set(front)),
                 "figure": (figures or {}).get(str(track)),
+                "active": _first(df, "threat", str(track).split("/", 1)[-1]) == ACTIVE_THREAT,
             }
         )
     script, script_hash = _script()
