@@ -265,3 +265,17 @@ def test_echo_is_stronger_on_low_degree_victims():
     mean = {d: sum(g) / len(g) for d, g in gains.items()}
     assert mean[2] > mean[8] > mean[14] > 0
     assert all(a > b for a, b in zip(gains[2], gains[14], strict=True))
+
+
+def test_attacker_placement_rules():
+    """The echo attacker among the victim's neighbours: most neighbours, or closest to the
+    victim's other neighbours (its echoes reach the victim second-hand soonest)."""
+    import networkx as nx
+
+    from bench.active.placement import place_attacker
+
+    g = nx.Graph([(0, 1), (0, 2), (0, 3), (1, 4), (1, 5), (1, 6), (1, 7), (2, 3)])
+    assert place_attacker(g, 0, "max_degree") == 1  # degree 5
+    assert place_attacker(g, 0, "closeness") == 2  # adjacent to 3, another neighbour of 0
+    with pytest.raises(BenchInputError, match="rule"):
+        place_attacker(g, 0, "random")
