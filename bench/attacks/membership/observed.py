@@ -11,13 +11,7 @@ membership attacks).
   receives in round ``t`` (§4.1.1);
 * ``"marginalized"`` — D-PSGD: the same update after functional marginalization (Eq. 6, or
   Algorithm 2's normalization with ``include_self=False``; :mod:`bench.membership.marginalization`),
-  which needs the coalition's own update of the round, recovered from its next state;
-* ``"decoded_local_model"`` — FedAvg: each client's local optimum ``θ̂_c*`` decoded from its
-  (server model, returned model) pairs of rounds ``0 … t`` (Xu & Neglia 2021;
-  :mod:`bench.attacks.reconstruction.local_model`): Observation 1's exact decoder for the
-  ``linear`` model, Algorithm 3's learned mapping (the ``local_model_reconstruction`` attack's
-  default settings) for any other — a model fitted to the client's data alone, the downstream
-  target Xu & Neglia propose. ``"last"`` is not supported: the decoder needs its rounds recorded.
+  which needs the coalition's own update of the round, recovered from its next state.
 
 Rounds: a list of round indices and/or ``"last"`` — the last round the run actually ran,
 whatever stopped it (a fixed-round attack would find nothing to attack under early stopping;
@@ -33,13 +27,12 @@ import torch
 
 from bench.attacks.base import AttackError, Requirement
 from bench.attacks.gradients import first_payloads
-from bench.errors import BenchInputError, require
+from bench.errors import require
 from bench.membership.marginalization import marginalize
 from bench.simulation.messages import SERVER
 from bench.threats import View
 
-DECODED = "decoded_local_model"
-SOURCES = ("global_model", "local_model", "received", "marginalized", DECODED)
+SOURCES = ("global_model", "local_model", "received", "marginalized")
 #: the ``rounds`` value that attacks the last round the run ran
 LAST = "last"
 #: the message kind each source reads
@@ -48,7 +41,6 @@ KINDS = {
     "local_model": "local_model",
     "received": "model",
     "marginalized": "model",
-    DECODED: "local_model",
 }
 
 
@@ -79,12 +71,6 @@ def requirement(rounds: list[int | str], source: str, include_self: bool = True)
     after each round: :func:`own_update`); with ``"last"``, also the running total of the
     source's kind (module docstring)."""
     needed = set(fixed_rounds(rounds))
-    if source == DECODED:
-        if LAST in rounds or not needed:
-            raise BenchInputError(
-                "attack.rounds", rounds, reason="the decoded local model needs explicit rounds (not 'last')"
-            )
-        return Requirement(rounds=tuple(range(max(needed) + 1)), kinds=("global_model", "local_model"))
     if source == "marginalized" and include_self:
         needed |= {r + 1 for r in needed}
     totals = (KINDS[source],) if LAST in rounds else ()
@@ -107,9 +93,7 @@ def resolve_rounds(view: View, rounds: list[int | str], source: str) -> list[int
     return sorted({r for r in fixed if r <= last} | {last})
 
 
-def observed_models(
-    view: View, t: int, source: str, include_self: bool = True, decoder: dict | None = None
-) -> dict[int, torch.Tensor]:
+def observed_models(view: View, t: int, source: str, include_self: bool = True) -> dict[int, torch.Tensor]:
     """``victim -> the model attacked`` in round ``t`` (module docstring); empty when nothing of
     ``source`` was observed in round ``t``."""
     coalition = tuple(view.coalition)
@@ -122,8 +106,6 @@ def observed_models(
         return {v: rows[0] for v in range(n) if v not in coalition}
     if source == "local_model":
         return first_payloads(view, t, "local_model", exclude=coalition)
-    if source == DECODED:
-        return decoded_local_models(view, t, decoder)
     received = first_payloads(view, t, "model", exclude=coalition)
     if source == "received" or not received:
         return received
@@ -150,36 +132,12 @@ def own_update(view: View, t: int, victims: list[int], others: torch.Tensor) -> 
 
 
 def stacked_targets(
-    view: View, t: int, source: str, include_self: bool = True, decoder: dict | None = None
+    view: View, t: int, source: str, include_self: bool = True
 ) -> tuple[list[int], torch.Tensor]:
     """The victims of round ``t`` and their observed models ``[V, P]`` (an :class:`AttackError`
     when nothing was observed)."""
-    models = observed_models(view, t, source, include_self, decoder)
+    models = observed_models(view, t, source, include_self)
     if not models:
         raise AttackError(f"no '{KINDS[source]}' model observed in round {t}")
     victims = sorted(models)
     return victims, torch.stack([models[v] for v in victims])
-
-
-def decoded_local_models(view: View, t: int, decoder: dict | None = None) -> dict[int, torch.Tensor]:
-    """``client -> θ̂_c*`` decoded from its pairs of rounds ``≤ t`` (Xu & Neglia 2021): the exact
-    decoder (Observation 1) for the ``linear`` model, else Algorithm 3 with the
-    ``local_model_reconstruction`` attack's mapping parameters ``decoder`` (its defaults: the
-    paper's width-1000 ReLU mapping, 2000 Adam steps each for the fit and the decoding)."""
-    from bench.attacks.local_model import LocalModelReconstruction
-    from bench.attacks.reconstruction.local_model import exact_decode, observed_pairs
-    from bench.attacks.reconstruction.mapping import reconstruct
-
-    linear = str(view.knowledge["architecture"].get("model")) == "linear"
-    config = LocalModelReconstruction(method="mapping", **(decoder or {})).mapping_config()
-    out = {}
-    for c, obs in sorted(observed_pairs(view).items()):
-        keep = [i for i, r in enumerate(obs.rounds) if r <= t]
-        if c in view.coalition or not keep:
-            continue
-        server, returned = obs.server[keep], obs.returned[keep]
-        if linear:
-            out[c] = exact_decode(server, returned).theta
-        else:
-            out[c] = reconstruct(server, server - returned, config).theta
-    return out

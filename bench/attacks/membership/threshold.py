@@ -45,9 +45,7 @@ class MembershipThreshold(Attack):
         Rounds whose models are attacked (one answer per victim and round), or ``"last"``:
         the last round the run ran (:mod:`bench.attacks.membership.observed`).
     source:
-        ``"global_model"``, ``"local_model"``, ``"received"``, ``"marginalized"`` or
-        ``"decoded_local_model"`` (FedAvg: each client's local optimum decoded by Xu & Neglia's
-        attack from its pairs of rounds ``0 … t``).
+        ``"global_model"``, ``"local_model"``, ``"received"`` or ``"marginalized"``.
     signal:
         A registered signal of :data:`bench.membership.signals.SIGNALS` (``"mentr"``: Pasquini
         et al.; ``"loss"``: Yeom et al.).
@@ -57,9 +55,6 @@ class MembershipThreshold(Attack):
         Also pick a threshold from the attacker's own data (:meth:`_calibrated`) and answer it
         with each score vector (``extra["threshold"]``): the metric then reports the balanced
         accuracy at that threshold beside Pasquini et al.'s oracle one.
-    decoder:
-        With ``decoded_local_model``: the mapping parameters of ``local_model_reconstruction``
-        (``mapping``, ``hidden``, ``fit_iterations``, …) for non-linear models.
     """
 
     threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors", "active")
@@ -74,7 +69,6 @@ class MembershipThreshold(Attack):
         signal: str = "mentr",
         include_self: bool = True,
         calibrate: bool = False,
-        decoder: dict[str, Any] | None = None,
     ) -> None:
         self.rounds = check_rounds(rounds)
         self.source = require_choice(source, SOURCES, "attack.source")
@@ -82,13 +76,6 @@ class MembershipThreshold(Attack):
         self.include_self = bool(include_self)
         require(isinstance(calibrate, bool), "attack.calibrate", calibrate, "must be true or false")
         self.calibrate = calibrate
-        require(
-            decoder is None or (isinstance(decoder, dict) and source == "decoded_local_model"),
-            "attack.decoder",
-            decoder,
-            "is the decoded_local_model source's mapping parameters (a mapping)",
-        )
-        self.decoder = None if decoder is None else dict(decoder)
         #: a calibrating attack also gets the population data (its known non-members)
         self.needs_population = calibrate
 
@@ -107,7 +94,7 @@ class MembershipThreshold(Attack):
         model = flat_model(view)
         out = []
         for t in resolve_rounds(view, self.rounds, self.source):
-            victims, theta = stacked_targets(view, t, self.source, self.include_self, self.decoder)
+            victims, theta = stacked_targets(view, t, self.source, self.include_self)
             scores = membership_score(self.signal, model, theta.to(x.dtype), x, y)  # [V, C]
             extra = (
                 {"threshold": self._calibrated(view, model, t, theta, population, x.dtype)}
