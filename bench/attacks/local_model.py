@@ -3,8 +3,11 @@ eavesdropping federated learning?", Observation 1 and Algorithm 3)."""
 
 from __future__ import annotations
 
+import torch
+
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.reconstruction.local_model import (
+    ObservedPairs,
     exact_decode,
     ill_conditioned_reason,
     observed_pairs,
@@ -151,26 +154,33 @@ class LocalModelReconstruction(Attack):
         out = []
         for v in victims:
             obs = pairs[v]
-            if self.method == "exact":
-                dec = exact_decode(obs.server, obs.returned, self.max_cond)
-                extra = dec.diagnostics()
-                bad = not dec.well_posed(self.max_cond)
-                if bad and self.on_ill_conditioned == "fail":
-                    raise AttackError(ill_conditioned_reason(v, dec, self.max_cond))
-                extra["ill_conditioned"] = float(bad)
-                theta = dec.theta
-            else:
-                res = reconstruct(obs.server, obs.delta, self.mapping_config())
-                extra = {
-                    "mapping_loss": res.mapping_loss,
-                    "rel_mapping_loss": res.rel_mapping_loss,
-                    "g_norm": res.g_norm,
-                    "observed_rounds": float(len(obs.rounds)),
-                }
-                theta = res.theta
+            theta, extra = self.decode_pairs(obs)
             out.append(
                 Reconstruction(
                     v, obs.rounds[-1], extra=extra, model=theta, baseline_model=obs.returned[-1].clone()
                 )
             )
         return out
+
+    def decode_pairs(self, obs: ObservedPairs) -> tuple[torch.Tensor, dict[str, float]]:
+        """``θ̂_c*`` of client ``obs.node`` from its observed pairs (the ``method`` of the class
+        docstring) and the diagnostics for ``extra``; an :class:`AttackError` when the exact
+        system is ill conditioned and ``on_ill_conditioned="fail"``. Also the target model of the
+        membership attacks' ``decoded_local_model`` source
+        (:mod:`bench.attacks.membership.decoded`)."""
+        if self.method == "exact":
+            dec = exact_decode(obs.server, obs.returned, self.max_cond)
+            extra = dec.diagnostics()
+            bad = not dec.well_posed(self.max_cond)
+            if bad and self.on_ill_conditioned == "fail":
+                raise AttackError(ill_conditioned_reason(obs.node, dec, self.max_cond))
+            extra["ill_conditioned"] = float(bad)
+            return dec.theta, extra
+        res = reconstruct(obs.server, obs.delta, self.mapping_config())
+        extra = {
+            "mapping_loss": res.mapping_loss,
+            "rel_mapping_loss": res.rel_mapping_loss,
+            "g_norm": res.g_norm,
+            "observed_rounds": float(len(obs.rounds)),
+        }
+        return res.theta, extra

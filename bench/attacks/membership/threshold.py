@@ -6,7 +6,10 @@ the loss; Song & Mittal 2021: the modified entropy ``Mentr``, which Pasquini et 
 §2.2.1). The threshold is not the attack's business: the scorer sweeps every threshold (ROC,
 AUC, TPR at low FPR) and reports Pasquini's oracle ``M − 0.5`` (:mod:`bench.metrics.membership`).
 
-Which model (``source``): :mod:`bench.attacks.membership.observed`.
+Which model (``source``): :mod:`bench.attacks.membership.observed`, or ``"decoded_local_model"``
+— each FedAvg client's local optimum decoded by Xu & Neglia (2021) from the (server model,
+returned model) pairs the server or an eavesdropper observes
+(:mod:`bench.attacks.membership.decoded`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,13 @@ import torch
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.gradients import flat_model
+from bench.attacks.membership.decoded import (
+    DECODED,
+    build_decoder,
+    decoded_requirement,
+    decoded_rounds,
+    decoded_targets,
+)
 from bench.attacks.membership.observed import (
     SOURCES,
     check_rounds,
@@ -34,7 +44,8 @@ from bench.threats import View
 
 @ATTACKS.register(
     "membership_threshold",
-    "metric-based MIA (loss, Mentr …) on the FL global model or D-PSGD received/marginalized updates",
+    "metric-based MIA (loss, Mentr …) on the FL global model, FedAvg local or decoded local models, "
+    "or D-PSGD received/marginalized updates",
 )
 class MembershipThreshold(Attack):
     """Score every candidate by ``signal`` on the observed model of each victim (module docstring).
@@ -45,7 +56,9 @@ class MembershipThreshold(Attack):
         Rounds whose models are attacked (one answer per victim and round), or ``"last"``:
         the last round the run ran (:mod:`bench.attacks.membership.observed`).
     source:
-        ``"global_model"``, ``"local_model"``, ``"received"`` or ``"marginalized"``.
+        ``"global_model"``, ``"local_model"``, ``"received"``, ``"marginalized"`` or
+        ``"decoded_local_model"`` (FedAvg, ``server`` or ``eavesdropper``: the target of round
+        ``t`` is each client's local optimum decoded from its pairs of rounds ``≤ t``).
     signal:
         A registered signal of :data:`bench.membership.signals.SIGNALS` (``"mentr"``: Pasquini
         et al.; ``"loss"``: Yeom et al.).
@@ -54,7 +67,13 @@ class MembershipThreshold(Attack):
     calibrate:
         Also pick a threshold from the attacker's own data (:meth:`_calibrated`) and answer it
         with each score vector (``extra["threshold"]``): the metric then reports the balanced
-        accuracy at that threshold beside Pasquini et al.'s oracle one.
+        accuracy at that threshold beside Pasquini et al.'s oracle one (not with
+        ``"decoded_local_model"``: the server holds no training data of its own).
+    decoder:
+        ``"decoded_local_model"`` only: the parameters of the Xu & Neglia decoder — those of
+        ``local_model_reconstruction`` but ``rounds`` and ``victims`` (``method: exact``,
+        Observation 1, needs ``d + 1`` observed rounds per client; ``method: mapping``,
+        Algorithm 3). Default: the exact decoder. Its diagnostics go to each answer's ``extra``.
     """
 
     threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors", "active")
@@ -69,17 +88,27 @@ class MembershipThreshold(Attack):
         signal: str = "mentr",
         include_self: bool = True,
         calibrate: bool = False,
+        decoder: dict[str, Any] | None = None,
     ) -> None:
         self.rounds = check_rounds(rounds)
-        self.source = require_choice(source, SOURCES, "attack.source")
+        self.source = require_choice(source, (*SOURCES, DECODED), "attack.source")
         self.signal = require_choice(signal, tuple(SIGNALS.names()), "attack.signal")
         self.include_self = bool(include_self)
         require(isinstance(calibrate, bool), "attack.calibrate", calibrate, "must be true or false")
         self.calibrate = calibrate
+        require(
+            not (calibrate and self.source == DECODED), "attack.calibrate", calibrate, f"not with '{DECODED}'"
+        )
+        require(
+            decoder is None or self.source == DECODED, "attack.decoder", decoder, f"only with '{DECODED}'"
+        )
+        self.decoder = build_decoder(decoder) if self.source == DECODED else None
         #: a calibrating attack also gets the population data (its known non-members)
         self.needs_population = calibrate
 
     def requirements(self) -> Requirement:
+        if self.source == DECODED:
+            return decoded_requirement(self.rounds)
         return requirement(self.rounds, self.source, self.include_self)
 
     def run(  # type: ignore[override]
@@ -93,6 +122,8 @@ class MembershipThreshold(Attack):
             raise AttackError("a membership attack needs the harness' candidate pool")
         model = flat_model(view)
         out = []
+        if self.decoder is not None:
+            return self._run_decoded(view, model, x, y)
         for t in resolve_rounds(view, self.rounds, self.source):
             victims, theta = stacked_targets(view, t, self.source, self.include_self)
             scores = membership_score(self.signal, model, theta.to(x.dtype), x, y)  # [V, C]
@@ -104,6 +135,21 @@ class MembershipThreshold(Attack):
             out += [
                 Reconstruction(node=v, round=t, scores=s, extra=dict(extra))
                 for v, s in zip(victims, scores, strict=True)
+            ]
+        return out
+
+    def _run_decoded(
+        self, view: View, model: FlatModel, x: torch.Tensor, y: torch.Tensor
+    ) -> list[Reconstruction]:
+        """Source ``"decoded_local_model"`` (:mod:`bench.attacks.membership.decoded`)."""
+        assert self.decoder is not None
+        out = []
+        for t in decoded_rounds(view, self.rounds):
+            victims, theta, extras = decoded_targets(view, t, self.decoder)
+            scores = membership_score(self.signal, model, theta.to(x.dtype), x, y)
+            out += [
+                Reconstruction(node=v, round=t, scores=s, extra=e)
+                for v, s, e in zip(victims, scores, extras, strict=True)
             ]
         return out
 
