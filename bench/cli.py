@@ -13,7 +13,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.commands import COMMANDS, EXIT_BAD_INPUT, EXIT_INTERRUPTED, evaluate, listing, simulate
+from bench.commands import (
+    COMMANDS,
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    evaluate,
+    leaderboard,
+    listing,
+    simulate,
+)
 from bench.errors import BenchInputError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -41,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (listing, evaluate, simulate):
+    for module in (listing, evaluate, simulate, leaderboard):
         module.add_parser(sub)
     from bench.data.cli import add_data_parser
 

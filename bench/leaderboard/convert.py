@@ -1,0 +1,117 @@
+"""Job records ↔ entry job summaries, and the per-track aggregates of an entry.
+
+The aggregates are those of the results table (:func:`bench.scoring.entry_table`) computed from
+the summaries alone, so an entry, the store it came from and the page built from it agree.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from bench.leaderboard.entry import AttackSummary, JobSummary, TrackSummary
+from bench.results.record import AttackOutcome, JobResult
+from bench.scoring import EPSILON_LB_METRIC, LEAKAGE_PREFIX, entry_table
+
+#: metric keys an entry keeps: the ε lower bound and the per-victim flags of the graph figures
+KEPT = (EPSILON_LB_METRIC,)
+FLAG = ".ok@"
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def summarize(r: JobResult) -> JobSummary:
+    """The summary of one stored job (what an entry keeps of it)."""
+    eps = r.epsilon
+    return JobSummary(
+        key=r.key,
+        task=r.task,
+        seed=r.seed,
+        status=r.status,
+        reason=r.reason,
+        utility_metric=r.utility_metric,
+        utility=_num(r.utility),
+        utility_floor=_num(r.utility_floor),
+        privacy={k: float(v) for k, v in r.privacy.items()},
+        attacks=[
+            AttackSummary(
+                threat=a.threat,
+                attack=a.attack,
+                status=a.status,
+                leakage=_num(a.leakage),
+                reason=a.reason,
+                metrics={k: float(v) for k, v in a.metrics.items() if k in KEPT or FLAG in k},
+            )
+            for a in r.attacks
+        ],
+        runtime_s=float(r.runtime_s),
+        epsilon=None if eps is None else (eps[0] if math.isfinite(eps[0]) else None),
+        delta=None if eps is None else eps[1],
+        version=str(r.provenance.get("version", "legacy")),
+        timestamp=str(r.provenance.get("timestamp", "")),
+        claims=r.provenance.get("claims"),
+    )
+
+
+def restore(j: JobSummary, label: str, name: str, params: dict[str, Any]) -> JobResult:
+    """A job record rebuilt from its summary (enough for scoring and the page)."""
+    provenance: dict[str, Any] = {"version": j.version, "timestamp": j.timestamp}
+    if j.claims is not None:
+        provenance["claims"] = list(j.claims)
+    accounting = {} if j.epsilon is None else {"epsilon": j.epsilon, "delta": j.delta}
+    return JobResult(
+        key=j.key,
+        task=j.task,
+        defense=label,
+        defense_name=name,
+        defense_params=dict(params),
+        seed=j.seed,
+        status=j.status,
+        reason=j.reason,
+        utility_metric=j.utility_metric,
+        utility=j.utility,
+        utility_floor=j.utility_floor,
+        attacks=[
+            AttackOutcome(a.threat, a.attack, a.status, dict(a.metrics), a.leakage, a.reason, 0.0)
+            for a in j.attacks
+        ],
+        privacy=dict(j.privacy),
+        runtime_s=j.runtime_s,
+        provenance=provenance,
+        accounting=accounting,
+    )
+
+
+def tracks_of(results: list[JobResult]) -> list[TrackSummary]:
+    """Per-track aggregates of one defense configuration's jobs (:func:`entry_table`)."""
+    df = entry_table(results)
+    out = []
+    for rec in df.to_dict("records"):
+        out.append(
+            TrackSummary(
+                track=str(rec["track"]),
+                task=str(rec["task"]),
+                threat=str(rec["threat"]),
+                privacy_mean=_num(rec["privacy_mean"]),
+                privacy_std=_num(rec["privacy_std"]),
+                utility_mean=_num(rec["utility_mean"]),
+                utility_std=_num(rec["utility_std"]),
+                utility_metric=str(rec["utility_metric"]),
+                seeds=int(rec["seeds"]),
+                failed=int(rec["failed"]),
+                worst_attack=str(rec["worst_attack"]),
+                leakage={
+                    c[len(LEAKAGE_PREFIX) :]: _num(rec[c])
+                    for c in df.columns
+                    if c.startswith(LEAKAGE_PREFIX) and not pd.isna(rec[c])
+                },
+                epsilon_mean=_num(rec["epsilon_mean"]),
+                epsilon_lb=_num(rec["epsilon_lb"]),
+                claimed=bool(rec["claimed"]),
+            )
+        )
+    return out

@@ -1,0 +1,127 @@
+"""The leaderboard entry: one defense configuration on one suite, with every per-seed job summary
+its numbers are computed from (RobustBench's one-claim-per-file, plus the data to re-check it).
+
+Floats that are not finite (a NaN std of one seed) are written as ``null``. Unknown fields are
+errors (``extra="forbid"``). The JSON schema committed as ``leaderboard/schema/entry.schema.json``
+is generated from these models (:func:`schema_json`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttackSummary(_Strict):
+    """One attack outcome of one job."""
+
+    threat: str
+    attack: str = Field(description="The attack's label (``<name>+adaptive`` for a defense-aware variant).")
+    status: Literal["ok", "failed"]
+    leakage: float | None = None
+    reason: str | None = None
+    metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="The metric values the page needs: the empirical ε lower bound and per-victim flags.",
+    )
+
+
+class JobSummary(_Strict):
+    """One job (task × seed) of the entry."""
+
+    key: str
+    task: str
+    seed: int
+    status: Literal["ok", "failed"]
+    reason: str | None = None
+    utility_metric: str
+    utility: float | None = None
+    utility_floor: float | None = None
+    privacy: dict[str, float] = Field(default_factory=dict, description="threat -> 1 − worst leakage")
+    attacks: list[AttackSummary] = Field(default_factory=list)
+    runtime_s: float
+    epsilon: float | None = None
+    delta: float | None = None
+    version: str = Field(description="The job's code and spec version (entries aggregate the newest).")
+    timestamp: str = ""
+    claims: list[str] | None = Field(None, description="The threat models the defense claims to address.")
+
+
+class TrackSummary(_Strict):
+    """The entry's aggregate on one track, recomputed by ``leaderboard validate``."""
+
+    track: str
+    task: str
+    threat: str
+    privacy_mean: float | None
+    privacy_std: float | None
+    utility_mean: float | None
+    utility_std: float | None
+    utility_metric: str
+    seeds: int
+    failed: int
+    worst_attack: str
+    leakage: dict[str, float | None]
+    epsilon_mean: float | None = None
+    epsilon_lb: float | None = None
+    claimed: bool = True
+
+
+class DefenseInfo(_Strict):
+    name: str
+    label: str
+    params: dict[str, object]
+    source_hash: str = Field(description="Digest of the defense's source (its jobs' code version).")
+    description: str = ""
+    paper: str = ""
+
+
+class SuiteInfo(_Strict):
+    name: str
+    spec_hashes: dict[str, str] = Field(description="task -> spec hash of the jobs aggregated")
+
+
+class BenchInfo(_Strict):
+    version: str
+    commit: str
+    dirty: bool = False
+
+
+class Verification(_Strict):
+    status: Literal["unverified", "verified", "mismatch"] = "unverified"
+    details: str = ""
+
+
+class Entry(_Strict):
+    """One defense configuration evaluated on one suite."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    defense: DefenseInfo
+    suite: SuiteInfo
+    bench: BenchInfo
+    hardware: dict[str, str] = Field(default_factory=dict)
+    date: str
+    runtime_s: float
+    verification: Verification = Field(default_factory=Verification)
+    tracks: list[TrackSummary]
+    jobs: list[JobSummary]
+
+
+def defense_id(label: str) -> str:
+    """A file name for a defense label: ``gaussian_noise(sigma=0.1)`` → ``gaussian_noise__sigma-0.1``."""
+    text = label.replace("(", "__").replace(")", "").replace("=", "-").replace(",", "__")
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", text)
+
+
+def schema_json() -> str:
+    """The JSON schema of :class:`Entry`, as committed (sorted keys, two-space indent)."""
+    return json.dumps(Entry.model_json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

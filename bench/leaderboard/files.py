@@ -1,0 +1,198 @@
+"""Export (store → entry files), validate (schema + consistency) and build (entries → page)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from bench.errors import BenchInputError
+from bench.leaderboard.convert import restore, summarize, tracks_of
+from bench.leaderboard.entry import (
+    BenchInfo,
+    DefenseInfo,
+    Entry,
+    SuiteInfo,
+    TrackSummary,
+    defense_id,
+    schema_json,
+)
+from bench.results.record import JobResult
+from bench.scoring import split_versions
+
+#: numbers an entry states and ``validate`` recomputes must agree to this (relative) tolerance
+TOLERANCE = 1e-9
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def entry_text(entry: Entry) -> str:
+    return json.dumps(entry.model_dump(mode="json"), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def build_entries(
+    results: list[JobResult], suite: str, tasks: list[str], descriptions: dict[str, str]
+) -> list[Entry]:
+    """One entry per defense label from the store's jobs of ``tasks`` (the newest version of each)."""
+    results, _ = split_versions([r for r in results if r.task in set(tasks)])
+    by_label: dict[str, list[JobResult]] = defaultdict(list)
+    for r in results:
+        by_label[r.defense].append(r)
+    out = []
+    for label, jobs in sorted(by_label.items()):
+        jobs.sort(key=lambda r: (r.task, r.seed))
+        first = jobs[0]
+        code = first.provenance.get("code") or {}
+        out.append(
+            Entry(
+                defense=DefenseInfo(
+                    name=first.defense_name,
+                    label=label,
+                    params=dict(first.defense_params),
+                    source_hash=str(code.get("defense", "")) if isinstance(code, dict) else "",
+                    description=descriptions.get(first.defense_name, ""),
+                ),
+                suite=SuiteInfo(
+                    name=suite, spec_hashes={r.task: str(r.provenance.get("spec_hash", "")) for r in jobs}
+                ),
+                bench=BenchInfo(
+                    version=str((first.provenance.get("packages") or {}).get("bench", "")),
+                    commit=str(first.provenance.get("commit", "")),
+                    dirty=bool(first.provenance.get("dirty", False)),
+                ),
+                hardware={
+                    "device": str(first.provenance.get("device", "")),
+                    "machine": str(first.provenance.get("machine", platform.machine())),
+                },
+                date=max(str(r.provenance.get("timestamp", "")) for r in jobs)[:10],
+                runtime_s=float(sum(r.runtime_s for r in jobs)),
+                tracks=tracks_of(jobs),
+                jobs=[summarize(r) for r in jobs],
+            )
+        )
+    return out
+
+
+def export(
+    results: list[JobResult], suite: str, tasks: list[str], folder: Path, descriptions: dict[str, str]
+) -> list[Path]:
+    """Write ``folder/<suite>/<defense-id>.json`` for every defense label; returns the paths."""
+    paths = []
+    for entry in build_entries(results, suite, tasks, descriptions):
+        path = folder / suite / f"{defense_id(entry.defense.label)}.json"
+        _write(path, entry_text(entry))
+        paths.append(path)
+    return paths
+
+
+def load_entry(path: Path) -> Entry:
+    """Read and schema-check one entry (an input error naming the file and the field)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BenchInputError(str(path), path.name, reason=f"not a readable JSON entry ({exc})") from None
+    try:
+        return Entry.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise BenchInputError(f"{path}: {where}", err.get("input"), reason=err["msg"]) from None
+
+
+def jobs_of(entry: Entry) -> list[JobResult]:
+    d = entry.defense
+    return [restore(j, d.label, d.name, d.params) for j in entry.jobs]
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+
+
+def inconsistencies(entry: Entry) -> list[str]:
+    """Where the entry's stated aggregates differ from those recomputed from its jobs."""
+    stated = {t.track: t for t in entry.tracks}
+    again = {t.track: t for t in tracks_of(jobs_of(entry))}
+    problems = []
+    for track in sorted(set(stated) | set(again)):
+        a, b = stated.get(track), again.get(track)
+        if a is None or b is None:
+            problems.append(f"track {track}: {'missing' if a is None else 'not backed by any job'}")
+            continue
+        for field in TrackSummary.model_fields:
+            x, y = getattr(a, field), getattr(b, field)
+            if field == "leakage":
+                keys = set(x) | set(y)
+                bad = [k for k in sorted(keys) if not _close(x.get(k), y.get(k))]
+                problems += [
+                    f"track {track}: leakage[{k}] stated {x.get(k)}, recomputed {y.get(k)}" for k in bad
+                ]
+            elif isinstance(x, float) or isinstance(y, float):
+                if not _close(x, y):
+                    problems.append(f"track {track}: {field} stated {x}, recomputed {y}")
+            elif x != y:
+                problems.append(f"track {track}: {field} stated {x!r}, recomputed {y!r}")
+    return problems
+
+
+def validate(paths: list[Path]) -> list[Entry]:
+    """Schema and consistency of every entry; an input error listing every problem."""
+    entries, problems = [], []
+    for path in paths:
+        try:
+            entry = load_entry(path)
+        except BenchInputError as exc:
+            problems.append(exc.message)
+            continue
+        problems += [f"{path}: {p}" for p in inconsistencies(entry)]
+        entries.append(entry)
+    if problems:
+        raise BenchInputError("leaderboard entries", len(problems), reason="; ".join(problems))
+    return entries
+
+
+def entry_paths(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise BenchInputError("--entries", str(folder), reason="no such folder")
+    return sorted(folder.rglob("*.json"))
+
+
+def write_schema(path: Path) -> None:
+    _write(path, schema_json())
+
+
+def build(paths: list[Path], site: Path, tasks: dict[str, object]) -> Path:
+    """The page from the entries alone (no store): the same tables and figures as ``evaluate``."""
+    from bench.scoring import entry_table, superseded_versions, tables_by_track
+    from bench.site import write_site
+    from bench.site.graph_figure import track_figures
+
+    entries = validate(paths)
+    results = [r for e in entries for r in jobs_of(e)]
+    suites = sorted({e.suite.name for e in entries})
+    commits = sorted({e.bench.commit[:12] for e in entries if e.bench.commit})
+    meta = {
+        "suite": ", ".join(suites),
+        "entries": len(entries),
+        "jobs": len(results),
+        "commit": ", ".join(commits),
+        "generated_from": "committed entries (leaderboard/entries)",
+        "latest_entry": max((e.date for e in entries), default=""),
+    }
+    df = entry_table(results)
+    return write_site(
+        tables_by_track(df), site, meta, superseded_versions(results), track_figures(results, tasks)
+    )

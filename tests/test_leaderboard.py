@@ -1,0 +1,94 @@
+"""The committed leaderboard: entries exported from a store, schema and consistency checks, the
+page built from entries alone, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from result_samples import sample_results
+
+from bench.errors import BenchInputError
+from bench.leaderboard import files
+from bench.leaderboard.entry import Entry, defense_id, schema_json
+from bench.results.store import ResultStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_entries_round_trip_and_their_numbers_are_recomputed():
+    results = sample_results()
+    entries = files.build_entries(results, "quick", sorted({r.task for r in results}), {})
+    assert {e.defense.label for e in entries} == {r.defense for r in results}
+    for e in entries:
+        assert files.inconsistencies(e) == []
+        again = Entry.model_validate(json.loads(files.entry_text(e)))
+        assert again == e
+    e = entries[0]
+    e.tracks[0].privacy_mean = (e.tracks[0].privacy_mean or 0.0) + 0.01  # edited by hand
+    problems = files.inconsistencies(e)
+    assert len(problems) == 1 and "privacy_mean stated" in problems[0]
+
+
+def test_defense_ids_are_file_names():
+    assert defense_id("gaussian_noise(sigma=0.1)") == "gaussian_noise__sigma-0.1"
+    assert (
+        defense_id("dp_sgd(clip_norm=1.0,noise_multiplier=2.0)")
+        == "dp_sgd__clip_norm-1.0__noise_multiplier-2.0"
+    )
+
+
+def test_the_committed_schema_is_generated_from_the_models():
+    committed = ROOT / "leaderboard" / "schema" / "entry.schema.json"
+    assert committed.read_text(encoding="utf-8") == schema_json(), "run: python -m bench leaderboard schema"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "leaderboard", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_export_validate_build(tmp_path):
+    """export → validate → build (twice: the same page); an edited number, an unknown field and
+    malformed JSON fail validation with exit code 2 and a message naming the file."""
+    store_url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    with ResultStore(store_url) as store:
+        for r in sample_results():
+            store.add(r)
+    entries, site = tmp_path / "entries", tmp_path / "site"
+    tasks = [arg for t in sorted({r.task for r in sample_results()}) for arg in ("--task", t)]
+    out = run("export", "--store", store_url, "--entries", str(entries), "--suite", "quick", *tasks)
+    assert out.returncode == 0, out.stderr
+    assert run("validate", "--entries", str(entries)).returncode == 0
+    paths = sorted((entries / "quick").glob("*.json"))
+    assert run("build", "--entries", str(entries), "--site", str(site)).returncode == 0
+    first = (site / "index.html").read_text()
+    assert run("build", "--entries", str(entries), "--site", str(site)).returncode == 0
+    assert (site / "index.html").read_text() == first
+    assert str(tmp_path) not in first  # no local paths on the page
+    target = paths[0]
+    entry = json.loads(target.read_text())
+    entry["tracks"][0]["privacy_mean"] = (entry["tracks"][0]["privacy_mean"] or 0) + 0.05
+    target.write_text(json.dumps(entry))
+    bad = run("validate", "--entries", str(entries))
+    assert bad.returncode == 2 and "privacy_mean stated" in bad.stderr and target.name in bad.stderr
+    entry["tracks"][0]["privacy_mean"] -= 0.05
+    entry["surprise"] = 1
+    target.write_text(json.dumps(entry))
+    bad = run("validate", "--entries", str(entries))
+    assert bad.returncode == 2 and "surprise" in bad.stderr
+    target.write_text("{not json")
+    bad = run("validate", "--entries", str(entries))
+    assert bad.returncode == 2 and "not a readable JSON entry" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_load_entry_names_the_file_and_the_field(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"schema_version": 2}))
+    with pytest.raises(BenchInputError, match="schema_version") as info:
+        files.load_entry(path)
+    assert str(path) in info.value.message
