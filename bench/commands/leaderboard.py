@@ -54,7 +54,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("leaderboard", help="export, validate and build the committed leaderboard entries")
-    p.add_argument("action", choices=("export", "validate", "build", "schema"))
+    p.add_argument(
+        "action",
+        choices=("export", "validate", "build", "schema"),
+        help="export (store → entries), validate (schema + recomputed numbers), build (entries → page), "
+        "schema (rewrite the committed JSON schema)",
+    )
     p.add_argument("--suite", default="quick", help="export: the suite whose tasks the entries cover")
     p.add_argument("--task", action="append", help="export: only these tasks (default: the suite's)")
     p.add_argument("--store", help="export: results store URL (default: runs/results.sqlite)")
