@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -65,6 +66,25 @@ class Defense(DefenseHooks):
     threats: ClassVar[tuple[str, ...]] = PASSIVE_THREATS
 
     run: RunInfo
+    #: the constructor's arguments as given, by name (what :func:`bench.evaluate_defense` runs again
+    #: in the simulation process); ``None`` when they do not bind to the signature
+    init_params: dict[str, Any] | None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Defense:
+        self = super().__new__(cls)
+        try:
+            bound = inspect.signature(cls.__init__).bind(self, *args, **kwargs).arguments
+        except TypeError:
+            self.init_params = None
+            return self
+        params: dict[str, Any] = {}
+        for i, (key, value) in enumerate(bound.items()):
+            kind = inspect.signature(cls.__init__).parameters[key].kind
+            if i == 0 or kind is inspect.Parameter.VAR_POSITIONAL:
+                continue
+            params.update(value if kind is inspect.Parameter.VAR_KEYWORD else {key: value})
+        self.init_params = params
+        return self
 
     def bind(self, run: RunInfo) -> None:
         """Called once the simulation is built (its seed, sizes, device and dtype are known)."""

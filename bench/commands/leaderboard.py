@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
 from bench.commands import COMMANDS
+from bench.errors import BenchInputError
+from bench.leaderboard import DEFAULT_TOLERANCE
 
 
 @COMMANDS.register("leaderboard", "export, validate and build the committed leaderboard entries")
@@ -39,11 +42,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         paths = files.export(results, suite.name, tasks, entries, descriptions)
         print(f"{len(paths)} entries written under {entries / suite.name}")
         return 0
-    paths = files.entry_paths(entries)
+    paths = _selected(args, entries, root)
     if args.action == "validate":
         checked = files.validate(paths)
         print(f"{len(checked)} entries valid: schema and recomputed numbers agree")
         return 0
+    if args.action == "verify":
+        return _verify(args, paths, root)
     catalog = Catalog(root)
     tasks = {n: catalog.task(n) for n in catalog.task_names()}
     site = Path(args.site) if args.site else root / "leaderboard" / "site"
@@ -52,17 +57,82 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _selected(args: argparse.Namespace, entries: Path, root: Path) -> list[Path]:
+    """The entry files an action reads: ``--entry`` files, those changed since ``--changed-since``, or all."""
+    from bench.leaderboard import files
+
+    if args.entry:
+        missing = [p for p in args.entry if not Path(p).is_file()]
+        if missing:
+            raise BenchInputError("--entry", missing[0], reason="no such file")
+        return [Path(p) for p in args.entry]
+    if args.changed_since:
+        return files.changed_entries(root, entries, args.changed_since)
+    return files.entry_paths(entries)
+
+
+def _verify(args: argparse.Namespace, paths: list[Path], root: Path) -> int:
+    from bench.leaderboard import files
+    from bench.leaderboard.verify import verify_entry
+
+    if args.tolerance is not None and not args.tolerance >= 0:
+        raise BenchInputError("--tolerance", args.tolerance, reason="must be a number ≥ 0")
+    cores = os.cpu_count() or 1
+    if not 0 < args.jobs <= 4 * cores:
+        raise BenchInputError("--jobs", args.jobs, reason=f"must be an integer in 1 .. {4 * cores}")
+    checked = files.validate(paths)
+    failed = 0
+    for path, entry in zip(paths, checked, strict=True):
+        report = verify_entry(
+            entry,
+            root,
+            all_seeds=args.all_seeds,
+            tolerance=args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE,
+            parallel=args.jobs,
+        )
+        runs = ", ".join(f"{t}#{s}" for t, s in report.rerun)
+        if report.ok:
+            print(f"verified  {path.name}: {len(report.rerun)} jobs re-run and reproduced ({runs})")
+            if args.record:
+                files.record_verification(path, entry, report)
+            continue
+        failed += 1
+        print(f"MISMATCH  {path.name}:" if report.mismatches else f"STALE     {path.name}:")
+        for line in report.mismatches + report.stale:
+            print(f"  {line}")
+    print(f"{len(paths) - failed} of {len(paths)} entries verified")
+    return 1 if failed else 0
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("leaderboard", help="export, validate and build the committed leaderboard entries")
     p.add_argument(
         "action",
-        choices=("export", "validate", "build", "schema"),
-        help="export (store → entries), validate (schema + recomputed numbers), build (entries → page), "
-        "schema (rewrite the committed JSON schema)",
+        choices=("export", "validate", "verify", "build", "schema"),
+        help="export (store → entries), validate (schema + recomputed numbers), verify (re-run one seed "
+        "of each task and compare), build (entries → page), schema (rewrite the committed JSON schema)",
     )
     p.add_argument("--suite", default="quick", help="export: the suite whose tasks the entries cover")
     p.add_argument("--task", action="append", help="export: only these tasks (default: the suite's)")
     p.add_argument("--store", help="export: results store URL (default: runs/results.sqlite)")
     p.add_argument("--entries", help="the entries folder (default: leaderboard/entries)")
+    p.add_argument(
+        "--entry", action="append", help="validate/verify/build: only this entry file (repeatable)"
+    )
+    p.add_argument(
+        "--changed-since",
+        metavar="REF",
+        help="validate/verify/build: only the entry files changed since this git ref (e.g. origin/main)",
+    )
+    p.add_argument("--all-seeds", action="store_true", help="verify: re-run every job, not one seed per task")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        help=f"verify: allowed difference, relative to max(1, |stated|) (default {DEFAULT_TOLERANCE:g})",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="verify: jobs run in parallel (default 1)")
+    p.add_argument(
+        "--record", action="store_true", help="verify: write the verification status into verified entries"
+    )
     p.add_argument("--site", help="build: output folder of the page (default: leaderboard/site)")
     p.add_argument("--root", help="benchmark root with tasks/ and defenses/ (default: BENCH_ROOT or repo)")

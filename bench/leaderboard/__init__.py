@@ -1,5 +1,9 @@
 """The committed leaderboard: one JSON entry per evaluated defense configuration and suite
 (``leaderboard/entries/<suite>/<defense-id>.json``), exported from a results store, validated
-against a pydantic schema and re-checked for consistency, and rendered into the page without any
-store (:mod:`bench.leaderboard.entry`, :mod:`bench.leaderboard.export`,
-:mod:`bench.leaderboard.check`)."""
+against a pydantic schema and re-checked for consistency, re-run in part to verify it, and
+rendered into the page without any store (:mod:`bench.leaderboard.entry`,
+:mod:`bench.leaderboard.convert`, :mod:`bench.leaderboard.files`,
+:mod:`bench.leaderboard.verify`)."""
+
+#: ``leaderboard verify``'s default allowed difference, relative to ``max(1, |stated|)``
+DEFAULT_TOLERANCE = 1e-6

@@ -54,6 +54,7 @@ def summarize(r: JobResult) -> JobSummary:
         version=str(r.provenance.get("version", "legacy")),
         timestamp=str(r.provenance.get("timestamp", "")),
         claims=r.provenance.get("claims"),
+        threads=r.provenance.get("threads"),
     )
 
 
@@ -62,6 +63,8 @@ def restore(j: JobSummary, label: str, name: str, params: dict[str, Any]) -> Job
     provenance: dict[str, Any] = {"version": j.version, "timestamp": j.timestamp}
     if j.claims is not None:
         provenance["claims"] = list(j.claims)
+    if j.threads is not None:
+        provenance["threads"] = j.threads
     accounting = {} if j.epsilon is None else {"epsilon": j.epsilon, "delta": j.delta}
     return JobResult(
         key=j.key,

@@ -54,6 +54,9 @@ class JobSummary(_Strict):
     version: str = Field(description="The job's code and spec version (entries aggregate the newest).")
     timestamp: str = ""
     claims: list[str] | None = Field(None, description="The threat models the defense claims to address.")
+    threads: int | None = Field(
+        None, description="Intra-op threads the job ran with (``verify`` uses the same)."
+    )
 
 
 class TrackSummary(_Strict):

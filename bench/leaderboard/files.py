@@ -9,6 +9,7 @@ import platform
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -20,10 +21,14 @@ from bench.leaderboard.entry import (
     Entry,
     SuiteInfo,
     TrackSummary,
+    Verification,
     defense_id,
     schema_json,
 )
 from bench.results.record import JobResult
+
+if TYPE_CHECKING:
+    from bench.leaderboard.verify import VerifyReport
 from bench.scoring import split_versions
 
 #: numbers an entry states and ``validate`` recomputes must agree to this (relative) tolerance
@@ -168,6 +173,41 @@ def entry_paths(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise BenchInputError("--entries", str(folder), reason="no such folder")
     return sorted(folder.rglob("*.json"))
+
+
+def changed_entries(root: Path, folder: Path, ref: str) -> list[Path]:
+    """The entry files under ``folder`` added or modified since the git ref ``ref`` (a pull request's
+    entries, for CI); deleted files are not listed."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "diff", "--name-only", "--diff-filter=AMR", ref, "--", str(folder.resolve())],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        why = getattr(exc, "stderr", "") or str(exc)
+        raise BenchInputError("--changed-since", ref, reason=f"git diff failed: {why.strip()}") from None
+    top = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return sorted(Path(top) / line for line in out.splitlines() if line.endswith(".json"))
+
+
+def record_verification(path: Path, entry: Entry, report: VerifyReport) -> None:
+    """Write ``verified`` and the re-run jobs into the entry file (deterministic: no date)."""
+    from bench.catalog import bench_root
+    from bench.results.provenance import git_state
+
+    runs = ", ".join(f"{t} seed {s}" for t, s in report.rerun)
+    commit = str(git_state(bench_root(None))["commit"])[:12]
+    entry = entry.model_copy(
+        update={"verification": Verification(status="verified", details=f"re-ran {runs} at {commit}")}
+    )
+    _write(path, entry_text(entry))
 
 
 def write_schema(path: Path) -> None:

@@ -32,6 +32,7 @@ PRESENTATION = (
     "commands",
     "scoring.py",
     "site",
+    "leaderboard",
     "results",
     "data/cli.py",
     "spec_reference.py",

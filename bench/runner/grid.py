@@ -161,15 +161,17 @@ def run_grid(
     on_result: Callable[[JobResult], None] | None = None,
     out_dir: Path | None = None,
     verbose: bool = False,
+    threads: int | None = None,
 ) -> tuple[int, int]:
     """Run the jobs missing from ``store``; returns ``(run now, skipped)``.
 
-    ``verbose`` shows each simulation's own Lightning progress bar."""
+    ``verbose`` shows each simulation's own Lightning progress bar. ``threads`` (intra-op threads
+    per job) defaults to the machine's cores shared among the ``parallel`` jobs."""
     keeper = ResultKeeper(store, out_dir)  # stores results an earlier run kept; keeps them if the store fails
     done = store.finished_keys()
     pending = [j for j in jobs if j.key not in done]
     skipped = len(jobs) - len(pending)
-    threads = max(1, (os.cpu_count() or 1) // max(1, parallel))
+    threads = threads or max(1, (os.cpu_count() or 1) // max(1, parallel))
     seeds = len({j.spec.seed for j in jobs}) or 1
     cache = RunDataCache(size=min(seeds, 4) * max(1, parallel))
     # a simulation worker per defense plugin and an attack worker per threat model, per thread

@@ -181,6 +181,7 @@ def run_job(
         "version": job.version,
         "code": job.code,
         "claims": list(job.plan.threats),  # the threat models the defense claims to address
+        "threads": int(threads),  # intra-op threads: float reductions (and so the last bits) depend on it
     }
     try:
         attacks = with_adaptive(build_attacks(task), spec.defense.name, job.plan.adaptive_knowledge)

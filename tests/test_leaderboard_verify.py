@@ -1,0 +1,127 @@
+"""``leaderboard verify``: a real entry exported from a real run is reproduced by re-running one
+seed per task; a hand-edited number fails (validate's consistency check, or the re-run); an entry
+made by other code is reported stale; the seed choice is fixed per entry and spread over seeds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.leaderboard.convert import tracks_of
+from bench.leaderboard.entry import Entry
+from bench.leaderboard.files import entry_text, jobs_of
+from bench.leaderboard.verify import chosen_jobs, compare_jobs
+
+TASKS = ("gaussians_logreg_fedsgd", "digits_mlp_fedsgd")
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def entry_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real entry: gaussian noise on two quick tasks, two seeds, exported from the store."""
+    tmp = tmp_path_factory.mktemp("verify")
+    tasks = [a for t in TASKS for a in ("--task", t)]
+    run = bench(
+        "evaluate", "--suite", "quick", *tasks, "--defense", "gaussian_noise:sigma=0.1", "--seeds", "2",
+        "--jobs", "2", "--no-progress", "--out", str(tmp / "runs"), "--site", str(tmp / "site"),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = bench(
+        "leaderboard", "export", "--store", str(tmp / "runs" / "results.sqlite"),
+        "--entries", str(tmp / "entries"), *tasks,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    (path,) = (tmp / "entries" / "quick").glob("*.json")
+    return path
+
+
+def copy_to(tmp_path: Path, text: str) -> Path:
+    target = tmp_path / "entries" / "quick" / "edited.json"
+    target.parent.mkdir(parents=True)
+    target.write_text(text)
+    return target
+
+
+def test_verify_reproduces_an_exported_entry(entry_file: Path) -> None:
+    out = bench("leaderboard", "verify", "--entry", str(entry_file))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 jobs re-run and reproduced" in out.stdout and "1 of 1 entries verified" in out.stdout
+
+
+def test_a_hand_edited_number_fails(entry_file: Path, tmp_path: Path) -> None:
+    """One per-seed number edited: validate's recomputed aggregates disagree (exit 2). Edited
+    together with the aggregates it feeds: the re-run disagrees (exit 1), naming both numbers."""
+    entry = Entry.model_validate_json(entry_file.read_text())
+    job = chosen_jobs(entry)[0]
+    stated = job.utility
+    job.utility = (stated or 0.0) + 0.01
+    target = copy_to(tmp_path, entry_text(entry))
+    alone = bench("leaderboard", "verify", "--entry", str(target))
+    assert alone.returncode == 2 and "utility_mean stated" in alone.stderr and "Traceback" not in alone.stderr
+
+    entry.tracks = tracks_of(jobs_of(entry))  # a careful forger keeps the aggregates consistent
+    target.write_text(entry_text(entry))
+    assert bench("leaderboard", "validate", "--entry", str(target)).returncode == 0
+    forged = bench("leaderboard", "verify", "--entry", str(target))
+    assert forged.returncode == 1, forged.stdout + forged.stderr
+    assert f"{job.task} seed {job.seed}: utility stated {job.utility}, re-run {stated}" in forged.stdout
+
+
+def test_an_entry_of_other_code_is_stale(entry_file: Path, tmp_path: Path) -> None:
+    entry = Entry.model_validate_json(entry_file.read_text())
+    for job in entry.jobs:
+        job.key = "0" * 64
+    target = copy_to(tmp_path, entry_text(entry))
+    out = bench("leaderboard", "verify", "--entry", str(target))
+    assert out.returncode == 1 and "STALE" in out.stdout and "export the entry again" in out.stdout
+
+
+def test_record_writes_the_status(entry_file: Path, tmp_path: Path) -> None:
+    target = copy_to(tmp_path, entry_file.read_text())
+    assert bench("leaderboard", "verify", "--entry", str(target), "--record").returncode == 0
+    data = json.loads(target.read_text())
+    assert data["verification"]["status"] == "verified"
+    assert all(t in data["verification"]["details"] for t in TASKS)
+    assert bench("leaderboard", "validate", "--entry", str(target)).returncode == 0
+
+
+def test_seed_choice_is_fixed_and_spread(entry_file: Path) -> None:
+    entry = Entry.model_validate_json(entry_file.read_text())
+    first = [(j.task, j.seed) for j in chosen_jobs(entry)]
+    assert first == [(j.task, j.seed) for j in chosen_jobs(entry)]
+    assert sorted(t for t, _ in first) == sorted(TASKS)  # one per task
+    assert len(chosen_jobs(entry, all_seeds=True)) == len(entry.jobs)
+    seeds = set()
+    for k in range(40):  # over many defense labels, every seed index is chosen
+        entry.defense.label = f"d{k}"
+        seeds |= {j.seed for j in chosen_jobs(entry)}
+    assert seeds == {0, 1}
+
+
+def test_compare_jobs_names_every_differing_number(entry_file: Path) -> None:
+    entry = Entry.model_validate_json(entry_file.read_text())
+    job = entry.jobs[0]
+    assert compare_jobs(job, job) == []
+    other = job.model_copy(deep=True)
+    other.attacks[0].leakage = (other.attacks[0].leakage or 0.0) + 1e-3
+    threat = next(iter(other.privacy))
+    other.privacy[threat] += 1e-9  # within the tolerance
+    (line,) = compare_jobs(job, other)
+    assert f"leakage[{job.attacks[0].threat}/{job.attacks[0].attack}]" in line
+    assert compare_jobs(job, other, tolerance=1e-2) == []
+    other.status = "failed"
+    assert any("status stated ok, re-run failed" in x for x in compare_jobs(job, other))
+
+
+def test_bad_options_are_input_errors(tmp_path: Path) -> None:
+    out = bench("leaderboard", "verify", "--entry", str(tmp_path / "missing.json"))
+    assert out.returncode == 2 and "--entry" in out.stderr and "Traceback" not in out.stderr
+    out = bench("leaderboard", "verify", "--changed-since", "no-such-ref-xyz")
+    assert out.returncode == 2 and "--changed-since" in out.stderr and "Traceback" not in out.stderr
