@@ -125,3 +125,25 @@ def test_bad_options_are_input_errors(tmp_path: Path) -> None:
     assert out.returncode == 2 and "--entry" in out.stderr and "Traceback" not in out.stderr
     out = bench("leaderboard", "verify", "--changed-since", "no-such-ref-xyz")
     assert out.returncode == 2 and "--changed-since" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_export_of_a_rerun_changes_no_file(entry_file: Path, tmp_path: Path) -> None:
+    """The suite re-run from scratch (a new store) and exported over the entry: the file is left
+    byte for byte (its results reproduced); an entry of other results is rewritten."""
+    entries = tmp_path / "entries"
+    copy = entries / "quick" / entry_file.name
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(entry_file.read_bytes())
+    tasks = [a for t in TASKS for a in ("--task", t)]
+    for sigma, expect in (("0.1", "0 entries written"), ("0.2", "1 entries written")):
+        runs = tmp_path / f"runs{sigma}"
+        run = bench(
+            "evaluate", "--suite", "quick", *tasks, "--defense", f"gaussian_noise:sigma={sigma}",
+            "--seeds", "2", "--jobs", "2", "--no-progress", "--out", str(runs), "--site", str(runs / "site"),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        store = str(runs / "results.sqlite")
+        out = bench("leaderboard", "export", "--store", store, "--entries", str(entries), *tasks)
+        assert out.returncode == 0 and expect in out.stdout, out.stdout + out.stderr
+    assert copy.read_bytes() == entry_file.read_bytes()
+    assert len(list((entries / "quick").glob("*.json"))) == 2

@@ -40,7 +40,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             results = store.results()
         tasks = list(args.task or suite.tasks)
         paths = files.export(results, suite.name, tasks, entries, descriptions)
-        print(f"{len(paths)} entries written under {entries / suite.name}")
+        labels = len({r.defense for r in results if r.task in set(tasks)})
+        kept = labels - len(paths)
+        note = f", {kept} unchanged (their results reproduced)" if kept > 0 else ""
+        print(f"{len(paths)} entries written under {entries / suite.name}{note}")
         return 0
     paths = _selected(args, entries, root)
     if args.action == "validate":

@@ -93,10 +93,23 @@ def build_entries(
 def export(
     results: list[JobResult], suite: str, tasks: list[str], folder: Path, descriptions: dict[str, str]
 ) -> list[Path]:
-    """Write ``folder/<suite>/<defense-id>.json`` for every defense label; returns the paths."""
+    """Write ``folder/<suite>/<defense-id>.json`` for every defense label; returns the paths written.
+
+    An existing entry whose results the new one reproduces (:func:`~bench.leaderboard.verify.
+    same_results`: the same jobs, every number within the verify tolerance) is left as it is, so
+    re-running the suite and exporting again changes no file and no page (only the run's date,
+    runtimes and commit would differ)."""
+    from bench.leaderboard.verify import same_results
+
     paths = []
     for entry in build_entries(results, suite, tasks, descriptions):
         path = folder / suite / f"{defense_id(entry.defense.label)}.json"
+        if path.is_file():
+            try:
+                if same_results(load_entry(path), entry):
+                    continue
+            except BenchInputError:
+                pass  # an unreadable or invalid file is replaced
         _write(path, entry_text(entry))
         paths.append(path)
     return paths

@@ -42,7 +42,7 @@ from bench.leaderboard.entry import Entry, JobSummary
 if TYPE_CHECKING:
     from bench.runner.job import Job
 
-__all__ = ["DEFAULT_TOLERANCE", "VerifyReport", "chosen_jobs", "compare_jobs", "verify_entry"]
+__all__ = ["DEFAULT_TOLERANCE", "VerifyReport", "chosen_jobs", "compare_jobs", "same_results", "verify_entry"]
 
 
 @dataclass
@@ -113,6 +113,18 @@ def compare_jobs(stated: JobSummary, again: JobSummary, tolerance: float = DEFAU
         for metric in sorted(set(a.metrics) | set(b.metrics)):
             check(f"{name} {metric}", a.metrics.get(metric), b.metrics.get(metric))
     return out
+
+
+def same_results(old: Entry, new: Entry, tolerance: float = DEFAULT_TOLERANCE) -> bool:
+    """``new`` reproduces ``old``: the same defense, suite and jobs (keys), every job's numbers
+    within ``tolerance`` (:func:`compare_jobs`), the same description and paper link. What a
+    re-run changes anyway — dates, runtimes, the commit, the hardware — is not compared."""
+    if (old.defense, old.suite) != (new.defense, new.suite):
+        return False
+    mine = {j.key: j for j in new.jobs}
+    if set(mine) != {j.key for j in old.jobs}:
+        return False
+    return not any(compare_jobs(j, mine[j.key], tolerance) for j in old.jobs)
 
 
 def verify_entry(
