@@ -24,6 +24,31 @@ def _unique(items: Sequence[Any]) -> list[Any]:
     return list(dict.fromkeys(items))
 
 
+def _ray_options(args: argparse.Namespace) -> Any:
+    """``--executor ray``'s options, checked (the ray package, the resources asked for)."""
+    import importlib.util
+
+    from bench.runner.ray_executor import RayOptions
+
+    if importlib.util.find_spec("ray") is None:
+        raise BenchInputError("--executor", "ray", reason="the ray package is not installed: pip install ray")
+    if args.cpus_per_job < 1:
+        raise BenchInputError("--cpus-per-job", args.cpus_per_job, reason="must be an integer ≥ 1")
+    for name, value in (("--gpus-per-job", args.gpus_per_job), ("--memory-per-job", args.memory_per_job)):
+        if not value >= 0:
+            raise BenchInputError(name, value, reason="must be a number ≥ 0")
+    address = args.address
+    if address is not None and address != "auto" and not address.startswith("ray://"):
+        raise BenchInputError("--address", address, reason="expected 'auto' or ray://host:port")
+    return RayOptions(
+        address=address,
+        cpus=args.cpus_per_job,
+        gpus=args.gpus_per_job,
+        memory_gb=args.memory_per_job,
+        local_cpus=args.jobs * args.cpus_per_job,
+    )
+
+
 @COMMANDS.register("evaluate", "run tasks under defenses, attack them, store, score and rank; write the page")
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bench.runner import isolation
@@ -74,6 +99,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         )
     elif args.jobs > cores:
         print(f"warning: --jobs {args.jobs} is more than this machine's {cores} cores; jobs will share them")
+    ray_options = []
+    if args.executor == "ray":
+        found.check(lambda: ray_options.append(_ray_options(args)))
     seeds = args.seeds if args.seeds is not None and 0 < args.seeds <= MAX_SEEDS else suite.seeds
     out = Path(args.out) if args.out else root / "runs"
     site_dir = Path(args.site) if args.site else root / "leaderboard" / "site"
@@ -121,6 +149,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             out_dir=out,
             verbose=args.verbose,
+            ray=ray_options[0] if ray_options else None,
         )
     except SweepInterrupted as stop:
         print(
@@ -181,6 +210,24 @@ def add_parser(sub: Any) -> None:
     p_eval.add_argument("--site", help="folder for the leaderboard page (default: ROOT/leaderboard/site)")
     p_eval.add_argument("--jobs", type=int, default=1, help="jobs run at once (each in its own processes)")
     p_eval.add_argument("--root", help="benchmark root with tasks/ and defenses/")
+    p_eval.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local: --jobs threads of this process; ray: each job a Ray task (local instance or --address)",
+    )
+    p_eval.add_argument(
+        "--address",
+        help="ray: the cluster to join — 'auto' (this machine's cluster) or ray://host:port "
+        "(default: start a Ray instance on this machine with --jobs CPUs)",
+    )
+    p_eval.add_argument(
+        "--cpus-per-job", type=int, default=1, help="ray: CPUs each job declares (its intra-op threads)"
+    )
+    p_eval.add_argument("--gpus-per-job", type=float, default=0.0, help="ray: GPUs each job declares")
+    p_eval.add_argument(
+        "--memory-per-job", type=float, default=0.0, help="ray: memory (GiB) each job declares"
+    )
     p_eval.add_argument(
         "--retry-failed",
         action="store_true",

@@ -27,6 +27,7 @@ from bench.results.spool import ResultKeeper
 from bench.runner import isolation
 from bench.runner.job import Job, protocol_key, run_job
 from bench.runner.probe import DefensePlan, describe_defense
+from bench.runner.ray_executor import RayOptions, run_ray
 from bench.runner.truth import RunDataCache
 from bench.runner.validate import Collector
 from bench.specs import DefenseSpec, RunSpec, TaskSpec
@@ -123,7 +124,7 @@ class Progress:
     job otherwise (a redirected log stays readable)."""
 
     def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done = total, 0
+        self.total, self.done, self.failed = total, 0, 0
         self.tty = enabled and sys.stderr.isatty()
         self.lines = enabled and not self.tty
         self.bar = None
@@ -138,14 +139,21 @@ class Progress:
             spec = job.spec
             self.bar.set_postfix_str(f"{spec.task.name} | {spec.defense.label} | seed {spec.seed}")
 
-    def finished(self, result: JobResult) -> None:
+    def finished(self, result: JobResult, running: int | None = None) -> None:
+        """Count a finished job; ``running``: jobs submitted and not finished (the Ray executor)."""
         self.done += 1
+        self.failed += result.status == "failed"
         label = f"{result.task} | {result.defense} | seed {result.seed}: {result.status}"
+        counts = "" if running is None else f" — {running} queued or running, {self.failed} failed"
         if self.bar is not None:
             self.bar.update(1)
+            if running is not None:
+                self.bar.set_postfix_str(f"{running} queued or running, {self.failed} failed")
         elif self.lines:
             extra = f" ({result.reason})" if result.reason else ""
-            print(f"[{self.done}/{self.total}] {label}{extra} in {result.runtime_s:.1f} s", flush=True)
+            print(
+                f"[{self.done}/{self.total}] {label}{extra} in {result.runtime_s:.1f} s{counts}", flush=True
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -162,11 +170,14 @@ def run_grid(
     out_dir: Path | None = None,
     verbose: bool = False,
     threads: int | None = None,
+    ray: RayOptions | None = None,
 ) -> tuple[int, int]:
     """Run the jobs missing from ``store``; returns ``(run now, skipped)``.
 
     ``verbose`` shows each simulation's own Lightning progress bar. ``threads`` (intra-op threads
-    per job) defaults to the machine's cores shared among the ``parallel`` jobs."""
+    per job) defaults to the machine's cores shared among the ``parallel`` jobs. With ``ray``,
+    the jobs run as Ray tasks (:mod:`bench.runner.ray_executor`; ``parallel`` and ``threads`` are
+    then the cluster's and ``ray.cpus``) and this process only stores their results."""
     keeper = ResultKeeper(store, out_dir)  # stores results an earlier run kept; keeps them if the store fails
     done = store.finished_keys()
     pending = [j for j in jobs if j.key not in done]
@@ -186,18 +197,27 @@ def run_grid(
         )
         return keeper.hold(result)
 
-    if pending:
+    if pending and ray is None:
         isolation.warm_up()
     stored = 0
 
-    def finish(result: JobResult) -> None:
+    def finish(result: JobResult, running: int | None = None) -> None:
         nonlocal stored
         keeper.add(result)
         stored += 1
-        bar.finished(result)
+        bar.finished(result, running)
         if on_result is not None:
             on_result(result)
 
+    if ray is not None:
+        pool.close()
+        try:
+            run_ray(pending, root, out_dir, ray, bar.started, finish)
+        except KeyboardInterrupt:
+            raise SweepInterrupted(stored, len(pending), skipped) from None
+        finally:
+            bar.close()
+        return len(pending), skipped
     executor = ThreadPoolExecutor(max_workers=parallel) if parallel > 1 else None
     try:
         if executor is None:
