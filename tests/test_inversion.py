@@ -68,7 +68,7 @@ def test_batched_adam_equals_separate_torch_adam_runs():
     fn = matching_fn(model, loss_fn, y, theta, target, "cosine", 0.1)
     iters, lo, hi = 40, -1.5, 2.0
     ms = step_decay_milestones(iters)
-    res = batched_adam(fn, x0, iters, lr=0.05, milestones=ms, bounds=(lo, hi))
+    res = batched_adam(fn, x0, iters, lr=0.05, milestones=ms, bounds=(lo, hi), keep_best=False)
     for k in range(3):
         xk = x0[k].clone().requires_grad_(True)
         opt = torch.optim.Adam([xk], lr=0.05)
@@ -85,9 +85,33 @@ def test_batched_adam_equals_separate_torch_adam_runs():
         assert float((res.x[k] - xk.detach()).abs().max()) < 1e-10
         one = batched_adam(
             matching_fn(model, loss_fn, y[k : k + 1], theta[k : k + 1], target[k : k + 1], "cosine", 0.1),
-            x0[k : k + 1], iters, lr=0.05, milestones=ms, bounds=(lo, hi),
+            x0[k : k + 1], iters, lr=0.05, milestones=ms, bounds=(lo, hi), keep_best=False,
         )  # fmt: skip
         assert float((res.values[k] - one.values[0]).abs()) < 1e-12
+
+
+def test_batched_adam_keeps_each_problems_best_iterate():
+    """With ``keep_best`` (the default) each problem returns the iterate of lowest objective
+    over the whole run — the trajectory's minimum, checked against the values of every iterate
+    of the same run without it — and its objective value there."""
+    model, loss_fn, x0, y, theta, target = tiny_problems(k=3)
+    fn = matching_fn(model, loss_fn, y, theta, target, "cosine", 0.1)
+    seen = []
+
+    def recording(x, idx):
+        value, g = fn(x, idx)
+        seen.append((x.clone(), value.detach().clone()))
+        return value, g
+
+    final = batched_adam(recording, x0, 30, lr=0.3, signed=True, keep_best=False)
+    trajectory = torch.stack([v for _, v in seen])  # [iterations + 1, K]
+    best = batched_adam(fn, x0, 30, lr=0.3, signed=True)
+    assert torch.equal(best.values, trajectory.min(0).values)
+    at = trajectory.argmin(0)
+    for k in range(3):
+        assert torch.equal(best.x[k], seen[int(at[k])][0][k])
+    assert bool((best.values <= final.values).all())
+    assert bool((best.values < final.values).any()), "the signed run should end above its best iterate"
 
 
 def quadratic_fn(A, c):

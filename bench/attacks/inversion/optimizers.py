@@ -63,6 +63,7 @@ def batched_adam(
     milestones: list[int] | tuple[int, ...] = (),
     gamma: float = 0.1,
     bounds: tuple[torch.Tensor | float, torch.Tensor | float] | None = None,
+    keep_best: bool = True,
 ) -> BatchedResult:
     """Adam on K independent problems at once (``torch.optim.Adam``'s update, elementwise).
 
@@ -70,13 +71,20 @@ def batched_adam(
     ``milestones``/``gamma``: the learning rate is multiplied by ``gamma`` once iteration ``i``
     (0-based) reaches each milestone (``MultiStepLR`` stepped after every iteration).
     ``bounds``: ``(lo, hi)`` broadcastable to ``x[0]``; ``x`` is clamped after every step (boxed).
+    ``keep_best``: return each problem's iterate of lowest objective over the run (the value
+    at every iterate is computed anyway, with its gradient), as breaching keeps each restart's
+    best — Adam is not monotone, and a signed-gradient run can end above where it passed; with
+    ``False``, the final iterate (``torch.optim.Adam``'s).
     """
     b1, b2 = betas
     x = x0.detach().clone()
     m = torch.zeros_like(x)
     v = torch.zeros_like(x)
+    best = _Best(x) if keep_best else None
     for i in range(iterations):
-        _, g = fn(x, None)
+        value, g = fn(x, None)
+        if best is not None:
+            best.update(x, value)
         if signed:
             g = g.sign()
         t = i + 1
@@ -90,7 +98,24 @@ def batched_adam(
             x = torch.maximum(torch.minimum(x, _as(bounds[1], x)), _as(bounds[0], x))
     values, _ = fn(x, None)
     evals = torch.full(values.shape, iterations + 1, dtype=torch.long, device=x.device)
+    if best is not None:
+        best.update(x, values)
+        return BatchedResult(best.x, best.values, evals)
     return BatchedResult(x, _finite(values.detach()), evals)
+
+
+class _Best:
+    """Each problem's iterate of lowest finite objective so far (the start, until one is finite)."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x.clone()
+        self.values = torch.full(x.shape[:1], math.inf, dtype=x.dtype, device=x.device)
+
+    def update(self, x: torch.Tensor, values: torch.Tensor) -> None:
+        values = _finite(values.detach())
+        better = values < self.values
+        self.values = torch.where(better, values, self.values)
+        self.x = torch.where(better.reshape(-1, *[1] * (x.dim() - 1)), x, self.x)
 
 
 def batched_lbfgs(
