@@ -92,3 +92,15 @@ def test_load_entry_names_the_file_and_the_field(tmp_path):
     with pytest.raises(BenchInputError, match="schema_version") as info:
         files.load_entry(path)
     assert str(path) in info.value.message
+
+
+def test_every_defense_of_the_repository_has_a_quick_entry():
+    """The committed leaderboard covers every defense plugin on the quick suite (one entry per
+    configuration the suite lists), exported from a run of the current code."""
+    from bench.catalog import Catalog
+    from bench.defenses_api import discover_defenses
+
+    suite = Catalog(ROOT).suite("quick")
+    assert {d.name for d in suite.defenses} == set(discover_defenses(ROOT))
+    committed = {p.stem for p in (ROOT / "leaderboard" / "entries" / "quick").glob("*.json")}
+    assert committed == {defense_id(d.label) for d in suite.defenses}

@@ -141,10 +141,15 @@ class Attack(ABC):
     metrics:
         Registered metric names computed on its reconstructions; the first is the headline
         whose normalized leakage enters the privacy score.
+    family:
+        What kind of attack it is, for the page's filters: ``gradient inversion`` (optimization
+        or analytic, of gradients, updates or messages), ``membership inference`` or
+        ``linear-algebra reconstruction`` (knowledge-matrix and local-model decoders).
     """
 
     threats: ClassVar[tuple[str, ...]] = ()
     metrics: ClassVar[tuple[str, ...]] = ()
+    family: ClassVar[str] = "gradient inversion"
 
     @abstractmethod
     def requirements(self) -> Requirement:

@@ -71,6 +71,7 @@ class GossipKnowledgeMatrix(Attack):
 
     threats = ("neighbors",)
     metrics = ("reconstructed_fraction",)
+    family = "linear-algebra reconstruction"
 
     def __init__(
         self,

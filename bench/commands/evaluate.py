@@ -172,17 +172,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     superseded = df.attrs.get("superseded", 0)
     if superseded:
         print(f"\n{superseded} stored jobs of older code or task versions are not shown (see the page)")
+    from bench.leaderboard.files import build_entries
+
+    by_name = {s.task.name: s.task for s in specs}
     page = write_site(
         tables,
         site_dir,
-        {
+        {  # no local path on the page: the store's URL is printed below, not published
             "suite": suite.name,
-            "store": store.url,
             "jobs": len(results),
             "generated_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         },
         superseded_versions(results),
-        track_figures(results, {s.task.name: s.task for s in specs}),
+        track_figures(results, by_name),
+        entries=build_entries(results, suite.name, tasks, {}),
+        tasks=by_name,
     )
     failed = sum(r.status == "failed" for r in results)
     print(f"\n{ran} jobs run, {skipped} already in the store, {failed} failed; {wall:.1f} s")

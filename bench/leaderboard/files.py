@@ -247,5 +247,11 @@ def build(paths: list[Path], site: Path, tasks: dict[str, object]) -> Path:
     }
     df = entry_table(results)
     return write_site(
-        tables_by_track(df), site, meta, superseded_versions(results), track_figures(results, tasks)
+        tables_by_track(df),
+        site,
+        meta,
+        superseded_versions(results),
+        track_figures(results, tasks),
+        entries=entries,
+        tasks=tasks,
     )

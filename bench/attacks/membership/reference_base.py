@@ -64,6 +64,7 @@ class ReferenceAttack(Attack):
 
     threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors", "active")
     metrics: ClassVar[tuple[str, ...]] = ("membership_auc",)
+    family: ClassVar[str] = "membership inference"
     needs_candidates: ClassVar[bool] = True
     #: the harness passes the attacker's population data and the public recipe to :meth:`run`
     needs_population: ClassVar[bool] = True

@@ -78,6 +78,7 @@ class MembershipThreshold(Attack):
 
     threats: ClassVar[tuple[str, ...]] = ("fl_user", "server", "eavesdropper", "neighbors", "active")
     metrics: ClassVar[tuple[str, ...]] = ("membership_auc",)
+    family: ClassVar[str] = "membership inference"
     #: the harness passes the candidate pool to :meth:`run`
     needs_candidates: ClassVar[bool] = True
 

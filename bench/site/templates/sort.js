@@ -48,4 +48,39 @@
     });
   }
   Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), setup);
+
+  // filters: a track is shown when its protocol, threat model and one of its attack families
+  // match the selected ones; with a defense selected, only that defense's rows are shown, and
+  // tracks without it are hidden
+  var selects = document.querySelectorAll("select[data-filter]");
+  var counter = document.getElementById("filter-count");
+  function selected(key) {
+    var el = document.getElementById("filter-" + key);
+    return el ? el.value : "";
+  }
+  function applyFilters() {
+    var protocol = selected("protocol"), threat = selected("threat");
+    var family = selected("family"), defense = selected("defense");
+    var sections = document.querySelectorAll("section.track");
+    var shown = 0;
+    Array.prototype.forEach.call(sections, function (section) {
+      var families = (section.getAttribute("data-family") || "").split("|");
+      var ok = (!protocol || section.getAttribute("data-protocol") === protocol) &&
+        (!threat || section.getAttribute("data-threat") === threat) &&
+        (!family || families.indexOf(family) >= 0);
+      var rows = section.querySelectorAll("tbody tr");
+      var visible = 0;
+      Array.prototype.forEach.call(rows, function (row) {
+        var match = !defense || row.getAttribute("data-defense") === defense;
+        row.hidden = !match;
+        if (match) { visible += 1; }
+      });
+      section.hidden = !(ok && visible > 0);
+      var item = document.querySelector('nav li[data-for="' + section.id + '"]');
+      if (item) { item.hidden = section.hidden; }
+      if (!section.hidden) { shown += 1; }
+    });
+    if (counter) { counter.textContent = shown + " of " + sections.length + " tracks shown"; }
+  }
+  Array.prototype.forEach.call(selects, function (el) { el.addEventListener("change", applyFilters); });
 })();
