@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from bench.catalog import Catalog
@@ -32,9 +33,7 @@ def hostile_entry_text() -> str:
 def build_site(tmp: Path, hostile: bool = True) -> Path:
     """Build the page from the committed entries (and the hostile one) into ``tmp/site``."""
     entries = tmp / "entries"
-    (entries / "quick").mkdir(parents=True)
-    for path in sorted((ENTRIES / "quick").glob("*.json")):
-        (entries / "quick" / path.name).write_bytes(path.read_bytes())
+    shutil.copytree(ENTRIES / "quick", entries / "quick")  # the entries and their gallery images
     if hostile:
         (entries / "quick" / "hostile.json").write_text(hostile_entry_text(), encoding="utf-8")
     catalog = Catalog(ROOT)

@@ -5,6 +5,7 @@ made by other code is reported stale; the seed choice is fixed per entry and spr
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,9 +43,12 @@ def entry_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def copy_to(tmp_path: Path, text: str) -> Path:
+def copy_to(tmp_path: Path, text: str, source: Path | None = None) -> Path:
+    """``text`` as an entry file, beside the gallery images of ``source`` (the exported entry)."""
     target = tmp_path / "entries" / "quick" / "edited.json"
     target.parent.mkdir(parents=True)
+    if source is not None and (source.parent / "images").is_dir():
+        shutil.copytree(source.parent / "images", target.parent / "images")
     target.write_text(text)
     return target
 
@@ -62,7 +66,7 @@ def test_a_hand_edited_number_fails(entry_file: Path, tmp_path: Path) -> None:
     job = chosen_jobs(entry)[0]
     stated = job.utility
     job.utility = (stated or 0.0) + 0.01
-    target = copy_to(tmp_path, entry_text(entry))
+    target = copy_to(tmp_path, entry_text(entry), entry_file)
     alone = bench("leaderboard", "verify", "--entry", str(target))
     assert alone.returncode == 2 and "utility_mean stated" in alone.stderr and "Traceback" not in alone.stderr
 
@@ -78,13 +82,13 @@ def test_an_entry_of_other_code_is_stale(entry_file: Path, tmp_path: Path) -> No
     entry = Entry.model_validate_json(entry_file.read_text())
     for job in entry.jobs:
         job.key = "0" * 64
-    target = copy_to(tmp_path, entry_text(entry))
+    target = copy_to(tmp_path, entry_text(entry), entry_file)
     out = bench("leaderboard", "verify", "--entry", str(target))
     assert out.returncode == 1 and "STALE" in out.stdout and "export the entry again" in out.stdout
 
 
 def test_record_writes_the_status(entry_file: Path, tmp_path: Path) -> None:
-    target = copy_to(tmp_path, entry_file.read_text())
+    target = copy_to(tmp_path, entry_file.read_text(), entry_file)
     assert bench("leaderboard", "verify", "--entry", str(target), "--record").returncode == 0
     data = json.loads(target.read_text())
     assert data["verification"]["status"] == "verified"

@@ -311,7 +311,8 @@ def test_a_failing_engine_never_shows_a_password(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(store, "_write", broken)
     with pytest.raises(StoreWriteError) as info:
         store.add(make_result("a"))
-    assert SECRET not in info.value.message and "postgresql://u:***@db.example/bench" in info.value.message
+    message = info.value.message  # (psycopg 3 is a plain postgresql:// URL's driver)
+    assert SECRET not in message and "postgresql+psycopg://u:***@db.example/bench" in message
 
 
 # -- the spool ------------------------------------------------------------------------------------

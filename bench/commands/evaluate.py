@@ -173,6 +173,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if superseded:
         print(f"\n{superseded} stored jobs of older code or task versions are not shown (see the page)")
     from bench.leaderboard.files import build_entries
+    from bench.leaderboard.gallery import worst_grids
 
     by_name = {s.task.name: s.task for s in specs}
     page = write_site(
@@ -187,6 +188,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         track_figures(results, by_name),
         entries=build_entries(results, suite.name, tasks, {}),
         tasks=by_name,
+        images=worst_grids(results, out),
     )
     failed = sum(r.status == "failed" for r in results)
     print(f"\n{ran} jobs run, {skipped} already in the store, {failed} failed; {wall:.1f} s")

@@ -39,7 +39,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         with ResultStore(store_url) as store:
             results = store.results()
         tasks = list(args.task or suite.tasks)
-        paths = files.export(results, suite.name, tasks, entries, descriptions)
+        out = Path(args.out) if args.out else _runs_folder(store_url, root)
+        paths = files.export(results, suite.name, tasks, entries, descriptions, out)
         labels = len({r.defense for r in results if r.task in set(tasks)})
         kept = labels - len(paths)
         note = f", {kept} unchanged (their results reproduced)" if kept > 0 else ""
@@ -58,6 +59,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     page = files.build(paths, site, tasks)
     print(f"page: {page}")
     return 0
+
+
+def _runs_folder(store_url: str, root: Path) -> Path:
+    """Where the run that filled the store wrote its PNG grids: the SQLite file's folder (the
+    ``--out`` of ``evaluate``, whose store defaults to ``OUT/results.sqlite``), else ``runs/``."""
+    path = store_url.removeprefix("sqlite:///") if store_url.startswith("sqlite:///") else store_url
+    return Path(path).parent if "://" not in path else root / "runs"
 
 
 def _selected(args: argparse.Namespace, entries: Path, root: Path) -> list[Path]:
@@ -118,6 +126,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--suite", default="quick", help="export: the suite whose tasks the entries cover")
     p.add_argument("--task", action="append", help="export: only these tasks (default: the suite's)")
     p.add_argument("--store", help="export: results store URL (default: runs/results.sqlite)")
+    p.add_argument(
+        "--out",
+        help="export: the evaluate --out folder with the reconstruction grids (default: the SQLite "
+        "store's folder, else runs/)",
+    )
     p.add_argument("--entries", help="the entries folder (default: leaderboard/entries)")
     p.add_argument(
         "--entry", action="append", help="validate/verify/build: only this entry file (repeatable)"

@@ -104,6 +104,15 @@ class Verification(_Strict):
     details: str = ""
 
 
+class GalleryImage(_Strict):
+    """The worst-case reconstruction grid of an entry on one track (truth above reconstruction)."""
+
+    path: str = Field(description="The PNG, relative to the entry's folder.")
+    sha256: str
+    attack: str
+    seed: int
+
+
 class Entry(_Strict):
     """One defense configuration evaluated on one suite."""
 
@@ -117,6 +126,9 @@ class Entry(_Strict):
     verification: Verification = Field(default_factory=Verification)
     tracks: list[TrackSummary]
     jobs: list[JobSummary]
+    galleries: dict[str, GalleryImage] = Field(
+        default_factory=dict, description="track -> the worst-case reconstruction grid (image tracks)"
+    )
 
 
 def defense_id(label: str) -> str:

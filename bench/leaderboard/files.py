@@ -25,6 +25,7 @@ from bench.leaderboard.entry import (
     defense_id,
     schema_json,
 )
+from bench.leaderboard.gallery import check_images, entry_images
 from bench.results.record import JobResult
 
 if TYPE_CHECKING:
@@ -91,7 +92,12 @@ def build_entries(
 
 
 def export(
-    results: list[JobResult], suite: str, tasks: list[str], folder: Path, descriptions: dict[str, str]
+    results: list[JobResult],
+    suite: str,
+    tasks: list[str],
+    folder: Path,
+    descriptions: dict[str, str],
+    out_dir: Path | None = None,
 ) -> list[Path]:
     """Write ``folder/<suite>/<defense-id>.json`` for every defense label; returns the paths written.
 
@@ -99,6 +105,7 @@ def export(
     same_results`: the same jobs, every number within the verify tolerance) is left as it is, so
     re-running the suite and exporting again changes no file and no page (only the run's date,
     runtimes and commit would differ)."""
+    from bench.leaderboard.gallery import collect
     from bench.leaderboard.verify import same_results
 
     paths = []
@@ -107,9 +114,10 @@ def export(
         if path.is_file():
             try:
                 if same_results(load_entry(path), entry):
-                    continue
+                    continue  # and its images stay as they are
             except BenchInputError:
                 pass  # an unreadable or invalid file is replaced
+        entry = collect(entry, [r for r in results if r.defense == entry.defense.label], out_dir, path.parent)
         _write(path, entry_text(entry))
         paths.append(path)
     return paths
@@ -175,7 +183,7 @@ def validate(paths: list[Path]) -> list[Entry]:
         except BenchInputError as exc:
             problems.append(exc.message)
             continue
-        problems += [f"{path}: {p}" for p in inconsistencies(entry)]
+        problems += [f"{path}: {p}" for p in inconsistencies(entry) + check_images(entry, path)]
         entries.append(entry)
     if problems:
         raise BenchInputError("leaderboard entries", len(problems), reason="; ".join(problems))
@@ -254,4 +262,5 @@ def build(paths: list[Path], site: Path, tasks: dict[str, object]) -> Path:
         track_figures(results, tasks),
         entries=entries,
         tasks=tasks,
+        images=entry_images(list(zip(entries, paths, strict=True))),
     )

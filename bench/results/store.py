@@ -33,6 +33,7 @@ from sqlalchemy.exc import (
     InterfaceError,
     InternalError,
     OperationalError,
+    ProgrammingError,
     SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -173,7 +174,7 @@ class ResultStore:
         if self._engine.dialect.name == "sqlite":
             event.listen(self._engine, "connect", _sqlite_pragmas)
         try:
-            Base.metadata.create_all(self._engine)
+            self._create_schema()
             self._mark()
         except _DB_ERRORS as exc:
             self._engine.dispose()
@@ -196,6 +197,20 @@ class ResultStore:
             probe.dispose()
         if found.problem:
             raise store_error(url, found.problem)
+
+    def _create_schema(self, attempts: int = 5) -> None:
+        """Create the missing tables. Two processes opening a new server database at the same
+        moment race between "does the table exist?" and ``CREATE TABLE`` (PostgreSQL answers the
+        loser with a unique violation in its catalog, SQLite with "table … already exists"): the
+        loser tries again, and then finds the winner's tables."""
+        for attempt in range(attempts):
+            try:
+                Base.metadata.create_all(self._engine)
+                return
+            except (IntegrityError, ProgrammingError, OperationalError):
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
 
     def _mark(self) -> None:
         """Write the ``bench_meta`` marker when missing (a new store, or one of the release

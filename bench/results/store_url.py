@@ -258,4 +258,14 @@ def normalize_url(url: str) -> URL:
     path = sqlite_file(parsed)
     if path is not None:
         _prepare_sqlite_dir(path, url)
+    if parsed.drivername == "postgresql" and _installed("psycopg") and not _installed("psycopg2"):
+        # SQLAlchemy's default PostgreSQL driver is psycopg2; bench installs psycopg 3 (its
+        # successor, with binary wheels), so a plain postgresql:// URL uses it
+        parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

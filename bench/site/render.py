@@ -43,6 +43,8 @@ DEFAULT_TITLE = "bench leaderboard: privacy in federated and decentralized learn
 ACTIVE_THREAT = "active"
 #: Metadata shown first, in this order; other keys follow alphabetically.
 META_ORDER = ("suite", "generated_at", "commit")
+#: Displayed width (px) a small gallery image is enlarged towards, by an integer factor of at most 4.
+GALLERY_WIDTH = 224
 #: Where a long name may break: after these characters (never inside a word).
 SEPARATORS = re.compile(r"([_(,=/:])")
 
@@ -132,6 +134,7 @@ def render_index(
     tasks: Mapping[str, Any] | None = None,
     links: Mapping[tuple[str, str], str] | None = None,
     plots: bool = True,
+    gallery: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> str:
     """Render the leaderboard page.
 
@@ -154,6 +157,9 @@ def render_index(
         ``(task, defense label) -> entry page`` (relative URL) for the defense cells.
     plots:
         Draw each track's privacy–utility plot (:mod:`bench.site.plots`).
+    gallery:
+        ``(track, defense label) -> {src, attack, seed, width, height}``: each entry's worst-case
+        reconstruction on the track, shown in rank order under the plot.
 
     Returns
     -------
@@ -191,6 +197,11 @@ def render_index(
                 "rows": rows(df, attacks, set(front), links),
                 "figure": (figures or {}).get(str(track)),
                 "plot": _plot(df, str(track), front, metric, plots),
+                "gallery": [
+                    {"defense": str(d), **gallery[(str(track), str(d))]}
+                    for d in df["defense"]
+                    if (str(track), str(d)) in (gallery or {})
+                ],
                 "active": _first(df, "threat", str(track).split("/", 1)[-1]) == ACTIVE_THREAT,
             }
         )
@@ -228,6 +239,7 @@ def write_site(
     figures: Mapping[str, Any] | None = None,
     entries: Sequence[Entry] = (),
     tasks: Mapping[str, Any] | None = None,
+    images: Mapping[tuple[str, str], tuple[Path, str, int]] | None = None,
 ) -> Path:
     """Write the leaderboard page to ``out_dir/index.html`` and one page per entry.
 
@@ -240,6 +252,10 @@ def write_site(
     entries:
         The entries behind the tables (:class:`bench.leaderboard.entry.Entry`); each gets
         ``entries/<suite>/<defense-id>.html``, linked from its rows.
+    images:
+        ``(track, defense label) -> (PNG, attack, seed)``: the worst-case reconstruction grids
+        (:mod:`bench.leaderboard.gallery`), copied to ``images/<sha256[:16]>.png`` (one file per
+        content) and shown under each track's plot.
 
     Returns
     -------
@@ -255,6 +271,28 @@ def write_site(
         href = entry_href(entry)
         page = template.render(e=entry_context(entry), index="../" * href.count("/") + "index.html")
         _atomic_write(out_dir / href, page)
+    gallery = {}
+    for (track, label), (png, attack, seed) in sorted((images or {}).items()):
+        data = Path(png).read_bytes()
+        name = f"images/{hashlib.sha256(data).hexdigest()[:16]}.png"
+        (out_dir / "images").mkdir(parents=True, exist_ok=True)
+        if not (out_dir / name).is_file():
+            (out_dir / name).write_bytes(data)
+        width, height = _png_size(data)
+        scale = max(1, min(4, GALLERY_WIDTH // max(width, 1)))  # small images (8×8 digits) enlarged
+        gallery[(track, label)] = {
+            "src": name, "attack": attack, "seed": seed, "width": scale * width, "height": scale * height,
+        }  # fmt: skip
     target = out_dir / "index.html"
-    _atomic_write(target, render_index(tables, meta, superseded, figures, tasks, links))
+    _atomic_write(target, render_index(tables, meta, superseded, figures, tasks, links, gallery=gallery))
     return target
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    """A PNG's width and height, from its header (for the ``<img>`` box before it loads)."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    with Image.open(BytesIO(data)) as im:
+        return int(im.width), int(im.height)

@@ -1,0 +1,83 @@
+"""Reconstruction galleries: the worst case chosen per entry and track, copied beside the entry
+with its digest, checked by validate, and shown on the page from the entries alone."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from result_samples import job
+from torchvision.utils import save_image
+
+from bench.leaderboard.gallery import worst_grids
+from bench.results.store import ResultStore
+
+
+def grid(path: Path, value: float) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_image(torch.full((2, 1, 8, 8), value), path, nrow=1)
+    return path.read_bytes()
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> tuple[list, Path]:
+    """Two seeds of one defense with two attacks each; the grids of three outcomes exist."""
+    jobs = [
+        job("img", "server", "noise", 0, {"dlg": 0.4, "ig": 0.7}, 0.9, 0.5),
+        job("img", "server", "noise", 1, {"dlg": 0.9, "ig": 0.2}, 0.9, 0.5),
+        job("img", "server", "none", 0, {"dlg": 0.95, "ig": 0.99}, 0.9, 0.5),
+    ]
+    out = tmp_path / "runs"
+    grid(out / "reconstructions" / jobs[0].key / "server_ig.png", 0.3)
+    grid(out / "reconstructions" / jobs[0].key / "server_dlg.png", 0.6)
+    grid(out / "reconstructions" / jobs[2].key / "server_dlg.png", 0.9)  # ig's grid is absent
+    return jobs, out
+
+
+def test_the_worst_case_with_a_grid_is_chosen(run: tuple[list, Path]) -> None:
+    jobs, out = run
+    chosen = worst_grids(jobs, out)
+    # noise: seed 1's dlg (0.9) has no grid, so seed 0's ig (0.7); none: ig has no grid, so dlg
+    assert chosen[("img/server", "noise")][1:] == ("ig", 0)
+    assert chosen[("img/server", "none")][1:] == ("dlg", 0)
+    assert worst_grids(jobs, None) == {}
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_export_validate_build_with_images(run: tuple[list, Path], tmp_path: Path) -> None:
+    jobs, out = run
+    store = tmp_path / "runs" / "results.sqlite"
+    with ResultStore(str(store)) as s:
+        for r in jobs:
+            s.add(r)
+    entries, site = tmp_path / "entries", tmp_path / "site"
+    done = bench("leaderboard", "export", "--store", str(store), "--entries", str(entries), "--task", "img")
+    assert done.returncode == 0, done.stderr  # --out defaults to the store's folder
+    image = entries / "quick" / "images" / "noise" / "img_server.png"
+    assert image.read_bytes() == (out / "reconstructions" / jobs[0].key / "server_ig.png").read_bytes()
+    assert bench("leaderboard", "build", "--entries", str(entries), "--site", str(site)).returncode == 0
+    page = (site / "index.html").read_text()
+    assert page.count('<img src="images/') == 2 and "worst-case reconstruction of noise by ig" in page
+    assert len(list((site / "images").glob("*.png"))) == 2
+    assert "img-src 'self'" in page
+    image.write_bytes(grid(tmp_path / "other.png", 0.1))  # tampered
+    bad = bench("leaderboard", "validate", "--entries", str(entries))
+    assert bad.returncode == 2 and "does not have the recorded sha256" in bad.stderr
+    image.unlink()
+    bad = bench("leaderboard", "build", "--entries", str(entries), "--site", str(site))
+    assert bad.returncode == 2 and "img_server.png is missing" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_png_size_is_read_for_the_img_box() -> None:
+    from bench.site.render import _png_size
+
+    buf = io.BytesIO()
+    save_image(torch.zeros(3, 1, 8, 8), buf, format="png", nrow=3)
+    assert _png_size(buf.getvalue()) == (3 * 8 + 4 * 2, 8 + 2 * 2)
