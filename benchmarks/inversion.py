@@ -106,7 +106,7 @@ def batched(model, loss_fn, probs, optimizer: str, iterations: int, lr: float, m
     if optimizer == "lbfgs":
         res = batched_lbfgs(fn, probs.x0, iterations, max_evaluations=iterations)
     else:
-        res = batched_adam(fn, probs.x0, iterations, lr=lr)
+        res = batched_adam(fn, probs.x0, iterations, lr=lr, keep_best=False)  # final iterates, as the loop
     values = matching_values(model, loss_fn, res.x, probs.y, probs.theta, probs.grad, "l2")
     return values.detach().to(torch.float64), float(res.evaluations.double().mean())
 
