@@ -20,6 +20,7 @@ from bench.commands import (
     evaluate,
     leaderboard,
     listing,
+    reproduce,
     simulate,
 )
 from bench.errors import BenchInputError
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (listing, evaluate, simulate, leaderboard):
+    for module in (listing, evaluate, simulate, leaderboard, reproduce):
         module.add_parser(sub)
     from bench.data.cli import add_data_parser
 

@@ -17,6 +17,31 @@ HOSTILE_LABEL = '<img src=x onerror="window.__pwned=1">noise'
 HOSTILE_DESCRIPTION = "<script>window.__pwned = 2</script> a defense"
 HOSTILE_PAPER = "javascript:window.__pwned=3"
 HOSTILE_PARAM = '"><svg onload="window.__pwned=4">'
+HOSTILE_CLAIM = '<img src=x onerror="window.__pwned=5">'
+
+
+def claims_report() -> dict:
+    """A claims report as ``python -m bench reproduce --json`` writes it, one string hostile."""
+    row = {
+        "id": "pasquini2023:C2",
+        "paper": "pasquini2023",
+        "statement": "Chain attenuation " + HOSTILE_CLAIM,
+        "expectation": "1/54",
+        "measured": "0.0185",
+        "value": 1 / 54,
+        "scale": "quick",
+        "status": "pass",
+        "refutes": False,
+    }
+    refuted = row | {"id": "bellet2024:symmetric", "paper": "bellet2024", "refutes": True}
+    failing = row | {"id": "yu2025:C1", "paper": "yu2025", "status": "fail"}
+    skipped = {
+        "id": "yu2025:C4",
+        "paper": "yu2025",
+        "statement": "similar convergence",
+        "reason": "figure only",
+    }
+    return {"scale": "quick", "commit": "abc", "results": [row, refuted, failing], "unchecked": [skipped]}
 
 
 def hostile_entry_text() -> str:
@@ -38,5 +63,7 @@ def build_site(tmp: Path, hostile: bool = True) -> Path:
         (entries / "quick" / "hostile.json").write_text(hostile_entry_text(), encoding="utf-8")
     catalog = Catalog(ROOT)
     tasks = {n: catalog.task(n) for n in catalog.task_names()}
-    files.build(files.entry_paths(entries), tmp / "site", tasks)
+    claims = tmp / "claims.json"
+    claims.write_text(json.dumps(claims_report()), encoding="utf-8")
+    files.build(files.entry_paths(entries), tmp / "site", tasks, claims)
     return tmp / "site"

@@ -1,6 +1,7 @@
 """The D-GD attack of El Mrini, Cyffers & Bellet (ICML 2024): the closed form, the knowledge matrix,
 the noise covariance and generalized least squares (exact claims in float64), the transcript it
-reads (engine level), and the two-stage attack with its PSNR ≥ 10 dB success metric."""
+reads (engine level), and the two-stage attack with its PSNR ≥ 10 dB success metric. Exact recovery
+of constant gradients is the named check ``bellet2024:dgd-exact``."""
 
 import numpy as np
 import pytest
@@ -14,52 +15,12 @@ from bench.attacks.reconstruction.dgd_system import (
     remove_attackers,
     split,
 )
+from bench.claims.bellet2024_dgd import dgd_messages
 from bench.metrics import build_metric
 from bench.runner.truth import Scorer
 from bench.simulation import Simulation
 from bench.threats import build_threat
 from bench.topology import Topology
-
-
-def dgd_messages(w, coalition, steps, g, sigma, rng):
-    """D-GD with the attack's gradient model, from ``θ^0 = 0``: ``z^t = W z^{t−1} + g + σ N^t``.
-    Returns the blocks, what the coalition receives and what it sends, ``[steps, ·, d]``."""
-    z, history = np.zeros_like(g), []
-    for _ in range(steps):
-        z = w @ z + g + sigma * rng.standard_normal(g.shape)
-        history.append(z)
-    history = np.stack(history)
-    blocks = split(w, coalition)
-    return blocks, history[:, blocks.targets[blocks.observed]], history[:, list(coalition)]
-
-
-CASES = [
-    ("erdos_renyi", {"n": 12, "p": 0.4, "seed": 3}, (0,)),
-    ("erdos_renyi", {"n": 20, "p": 0.2, "seed": 1}, (2, 7)),
-    ("florentine_families", {}, (8,)),
-    ("torus", {"n": 16}, (0,)),
-]
-
-
-@pytest.mark.parametrize(("name", "params", "coalition"), CASES)
-def test_constant_gradients_are_recovered_exactly(name, params, coalition):
-    """σ = 0 (constant gradients): the identifiable targets' gradients are recovered to 1e-8
-    relative error in float64, by GLS and by OLS (a consistent system)."""
-    topo = Topology.build(name, mixing="max_degree", mixing_params={"offset": 1}, **params)
-    w, n = topo.mixing, topo.n_nodes
-    rng = np.random.default_rng(0)
-    g = rng.standard_normal((n, 6))
-    steps = 2 * n
-    blocks, received, sent = dgd_messages(w, coalition, steps, g, 0.0, rng)
-    k, y = dgd_knowledge(blocks, steps), remove_attackers(blocks, received, sent)
-    for cov in (dgd_covariance(blocks, steps), None):
-        sol = gls(k, y, cov)
-        ok = sol.identifiable
-        assert ok.sum() >= len(blocks.observed)  # at least the direct neighbours
-        truth = g[blocks.targets][ok]
-        rel = np.linalg.norm(sol.estimate[ok] - truth, axis=1) / np.linalg.norm(truth, axis=1)
-        assert rel.max() < 1e-8, (name, rel.max())
-        assert np.isnan(sol.estimate[~ok]).all()
 
 
 def test_aggregate_observations_recover_constant_gradients_exactly():

@@ -6,30 +6,11 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, Reconstruction, build_attack
-from bench.attacks.reconstruction.local_model import exact_decode, observed_pairs
 from bench.attacks.reconstruction.mapping import MappingConfig, reconstruct
+from bench.claims.xu2021 import D, ls_sim
 from bench.metrics import build_metric
 from bench.runner.truth import Scorer
 from bench.simulation import Simulation
-from bench.threats import build_threat
-
-D = 10  # features; the model has d = D + 1 parameters (with the bias)
-
-
-def ls_sim(fraction: float, rounds: int = 40, seed: int = 0, epochs: int = 5, lr: float = 0.05) -> Simulation:
-    cfg = {
-        "dataset": "linear_regression",
-        "dataset_params": {"n_train": 200, "dim": D},
-        "model": "linear",
-        "nodes": 5,
-        "protocol": "fedavg",
-        "protocol_params": {"lr": lr, "local_epochs": epochs, "client_fraction": fraction},
-        "dtype": "float64",
-        "seed": seed,
-    }
-    sim = Simulation(cfg, threats={"e": build_threat("eavesdropper")}, record_rounds="all")
-    sim.run(rounds)
-    return sim
 
 
 def scored(sim: Simulation, recs: list[Reconstruction]) -> dict[str, float]:
@@ -38,49 +19,6 @@ def scored(sim: Simulation, recs: list[Reconstruction]) -> dict[str, float]:
     values = metric.compute(recs, [scorer.truth(r) for r in recs], scorer.info)
     values["leakage"] = metric.leakage(values)
     return values
-
-
-@pytest.mark.parametrize(("seed", "epochs", "lr"), [(0, 5, 0.05), (1, 1, 0.02), (2, 10, 0.01)])
-def test_exact_decoder_recovers_the_local_optimum_under_client_sampling(seed, epochs, lr):
-    """Observation 1: with client sampling and ≥ d + 1 observed rounds per client, W⁻¹v is the
-    client's least-squares optimum to float64 precision, whatever η and E (never given)."""
-    sim = ls_sim(0.4, seed=seed, epochs=epochs, lr=lr)
-    recs = build_attack("local_model_reconstruction").run(sim.view("e"))
-    assert sorted(r.node for r in recs) == list(range(5))
-    for r in recs:
-        assert r.extra["observed_rounds"] >= D + 2
-        assert r.extra["rank_aug"] == D + 2 and r.extra["ill_conditioned"] == 0.0
-        assert r.extra["cond_aug"] < 1e8
-        assert r.model is not None and r.baseline_model is not None
-    values = scored(sim, recs)
-    assert values["opt_exact"] == 1.0
-    for v in range(5):
-        assert values[f"rel_error.{v}"] < 1e-8
-    assert values["baseline_rel_error"] > 1e-4  # the last returned model is not the optimum
-    assert values["leakage"] > 1 - 1e-9
-
-
-def test_exact_decoder_refuses_the_full_participation_krylov_system():
-    """Full participation: the server models obey θ(t+1) = Mθ(t) + b, Θ_aug is numerically
-    singular; the attack fails with the condition number, or flags the decoding when asked."""
-    sim = ls_sim(1.0)
-    with pytest.raises(AttackError, match=r"numerically singular \(cond\(Θ_aug\) = "):
-        build_attack("local_model_reconstruction").run(sim.view("e"))
-    recs = build_attack("local_model_reconstruction", on_ill_conditioned="report").run(sim.view("e"))
-    for r in recs:
-        assert r.extra["ill_conditioned"] == 1.0
-        assert r.extra["cond_aug"] > 1e10 and r.extra["rank_aug"] < D + 2
-
-
-def test_exact_decoder_needs_d_plus_one_rounds():
-    sim = ls_sim(1.0, rounds=D)  # every client observed D < d + 1 = D + 2 times
-    with pytest.raises(AttackError, match="at least d \\+ 1 = 12 observed rounds"):
-        build_attack("local_model_reconstruction").run(sim.view("e"))
-    pairs = observed_pairs(ls_sim(0.4, rounds=60).view("e"))[0]
-    assert len(pairs.rounds) >= D + 2
-    with pytest.raises(AttackError, match="12 observed rounds"):
-        exact_decode(pairs.server[: D + 1], pairs.returned[: D + 1])
-    assert exact_decode(pairs.server[: D + 2], pairs.returned[: D + 2]).rank == D + 2
 
 
 def test_linear_mapping_algorithm3_equals_the_exact_decoder():

@@ -12,45 +12,10 @@ from bench.attacks import AttackError, build_attack
 from bench.attacks.gradients import loss_function
 from bench.attacks.inversion.component import attributions, component_fn
 from bench.attacks.reconstruction.pdmm_observables import OracleObservables, PDMMObservables, honest_nodes
+from bench.claims.yu2025_inversion import ring_pdmm, score
 from bench.errors import BenchInputError
-from bench.metrics import build_metric
-from bench.runner.truth import Scorer
 from bench.simulation import Simulation
 from bench.threats import build_threat
-
-
-def ring_pdmm(seed=0, m=2, rounds=6, variance=1.0, n_per_node=1, hidden=100, record="all"):
-    """PDMM on a ring of ``3 (m + 1)`` nodes with corrupt nodes ``0, m+1, 2(m+1)``: three honest
-    components of ``m`` nodes each (paths)."""
-    coalition = [0, m + 1, 2 * (m + 1)]
-    cfg = {
-        "dataset": "digits",
-        "partition": "fixed_size",
-        "partition_params": {"n_per_node": n_per_node},
-        "model": "mlp",
-        "model_params": {"hidden": [hidden]},
-        "nodes": 3 * (m + 1),
-        "topology": "ring",
-        "dtype": "float64",
-        "protocol": "pdmm",
-        "protocol_params": {
-            "solver": "gradient_step",
-            "mu": 0.05,
-            "z0_variance": variance,
-            "record_trajectory": True,
-        },
-        "seed": seed,
-    }
-    sim = Simulation(
-        cfg, threats={"eve": build_threat("eavesdropper", coalition=coalition)}, record_rounds=record
-    )
-    sim.run(rounds)
-    return sim, coalition
-
-
-def score(sim, recs, metric="image_ssim"):
-    scorer = Scorer(sim.config, sim.data)
-    return build_metric(metric).compute(recs, [scorer.truth(r) for r in recs], scorer.info)
 
 
 def test_oracle_equals_the_observables_with_the_true_anchor():

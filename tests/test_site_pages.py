@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from site_fixtures import ENTRIES, HOSTILE_DESCRIPTION, HOSTILE_LABEL, HOSTILE_PAPER, build_site
+from site_fixtures import (
+    ENTRIES,
+    HOSTILE_CLAIM,
+    HOSTILE_DESCRIPTION,
+    HOSTILE_LABEL,
+    HOSTILE_PAPER,
+    build_site,
+)
 
 from bench.site.entry_page import safe_url
 from bench.site.plots import privacy_utility_svg
@@ -143,3 +150,24 @@ def test_site_builds_are_identical(site: Path, tmp_path: Path) -> None:
     again = build_site(tmp_path)
     for path in site.rglob("*.html"):
         assert (again / path.relative_to(site)).read_bytes() == path.read_bytes(), path
+
+
+def test_claims_section_lists_checks_and_unchecked_claims_escaped(site: Path) -> None:
+    text = (site / "index.html").read_text(encoding="utf-8")
+    section = text[text.index('<section id="claims">') :]
+    section = section[: section.index("</section>")]
+    assert "2 of 3 checks pass" in section and "(refutes the statement)" in section
+    assert 'class="claim-fail"' in section and "figure only" in section
+    assert HOSTILE_CLAIM not in text and "&lt;img src=x onerror=" in section
+
+
+def test_membership_tracks_show_roc_and_vulnerability_figures(site: Path) -> None:
+    """The MIA tracks of the committed entries get the log-log ROC and vulnerability figure."""
+    text = (site / "index.html").read_text(encoding="utf-8")
+    figures = text.split('<figure class="plot membership">')[1:]
+    assert len(figures) >= 2  # the FedSGD and D-PSGD membership tracks
+    for fig in figures:
+        svg = fig[: fig.index("</svg>")]
+        assert "ROC of the worst membership attack" in svg and "generalization error" in svg
+        assert "mathdefault" not in svg and "http" not in svg
+    assert any("consensus distance" in f[: f.index("</svg>")] for f in figures)  # the D-PSGD track

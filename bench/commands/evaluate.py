@@ -174,6 +174,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"\n{superseded} stored jobs of older code or task versions are not shown (see the page)")
     from bench.leaderboard.files import build_entries
     from bench.leaderboard.gallery import worst_grids
+    from bench.site.mia_figure import membership_figures
 
     by_name = {s.task.name: s.task for s in specs}
     page = write_site(
@@ -189,6 +190,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         entries=build_entries(results, suite.name, tasks, {}),
         tasks=by_name,
         images=worst_grids(results, out),
+        membership=membership_figures(results),
     )
     failed = sum(r.status == "failed" for r in results)
     print(f"\n{ran} jobs run, {skipped} already in the store, {failed} failed; {wall:.1f} s")

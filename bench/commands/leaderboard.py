@@ -56,7 +56,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     catalog = Catalog(root)
     tasks = {n: catalog.task(n) for n in catalog.task_names()}
     site = Path(args.site) if args.site else root / "leaderboard" / "site"
-    page = files.build(paths, site, tasks)
+    claims = Path(args.claims) if args.claims else root / "leaderboard" / "claims" / "quick.json"
+    if args.claims and not claims.is_file():
+        raise BenchInputError(
+            "--claims", args.claims, reason="no such file (write it with python -m bench reproduce --json)"
+        )
+    page = files.build(paths, site, tasks, claims if claims.is_file() else None)
     print(f"page: {page}")
     return 0
 
@@ -151,4 +156,9 @@ def add_parser(sub: Any) -> None:
         "--record", action="store_true", help="verify: write the verification status into verified entries"
     )
     p.add_argument("--site", help="build: output folder of the page (default: leaderboard/site)")
+    p.add_argument(
+        "--claims",
+        help="build: the claims report shown on the page (python -m bench reproduce --json; "
+        "default: leaderboard/claims/quick.json when present)",
+    )
     p.add_argument("--root", help="benchmark root with tasks/ and defenses/ (default: BENCH_ROOT or repo)")

@@ -7,6 +7,7 @@ the summaries alone, so an entry, the store it came from and the page built from
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pandas as pd
@@ -15,9 +16,23 @@ from bench.leaderboard.entry import AttackSummary, JobSummary, TrackSummary
 from bench.results.record import AttackOutcome, JobResult
 from bench.scoring import EPSILON_LB_METRIC, LEAKAGE_PREFIX, entry_table
 
-#: metric keys an entry keeps: the ε lower bound and the per-victim flags of the graph figures
-KEPT = (EPSILON_LB_METRIC,)
+#: attack metric keys an entry keeps: the ε lower bound, the per-victim flags of the graph
+#: figures, and what the membership figures draw (the ROC on its log grid, the AUC per round)
+KEPT = (EPSILON_LB_METRIC, "membership_auc.auc", "membership_auc.round")
 FLAG = ".ok@"
+KEPT_PATTERN = re.compile(r"membership_auc\.(tpr|auc)@[0-9.e-]+")
+#: job metric keys an entry keeps as its ``series``: generalization error and consensus distance
+#: per round (Pasquini et al. 2023, Eqs. 1 and 3), against which the page plots vulnerability
+SERIES_PATTERN = re.compile(r"(g_err|consensus)@[0-9]+")
+
+
+def _series(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if SERIES_PATTERN.fullmatch(k) and _num(v) is not None}
+
+
+def kept_metric(key: str) -> bool:
+    """Whether an entry keeps the attack metric ``key``."""
+    return key in KEPT or FLAG in key or KEPT_PATTERN.fullmatch(key) is not None
 
 
 def _num(x: Any) -> float | None:
@@ -44,7 +59,7 @@ def summarize(r: JobResult) -> JobSummary:
                 status=a.status,
                 leakage=_num(a.leakage),
                 reason=a.reason,
-                metrics={k: float(v) for k, v in a.metrics.items() if k in KEPT or FLAG in k},
+                metrics={k: float(v) for k, v in a.metrics.items() if kept_metric(k)},
             )
             for a in r.attacks
         ],
@@ -55,6 +70,9 @@ def summarize(r: JobResult) -> JobSummary:
         timestamp=str(r.provenance.get("timestamp", "")),
         claims=r.provenance.get("claims"),
         threads=r.provenance.get("threads"),
+        series={
+            k: float(v) for k, v in r.metrics.items() if SERIES_PATTERN.fullmatch(k) and _num(v) is not None
+        },
     )
 
 
@@ -84,6 +102,7 @@ def restore(j: JobSummary, label: str, name: str, params: dict[str, Any]) -> Job
         ],
         privacy=dict(j.privacy),
         runtime_s=j.runtime_s,
+        metrics=dict(j.series),
         provenance=provenance,
         accounting=accounting,
     )

@@ -31,7 +31,10 @@ class AttackSummary(_Strict):
     reason: str | None = None
     metrics: dict[str, float] = Field(
         default_factory=dict,
-        description="The metric values the page needs: the empirical ε lower bound and per-victim flags.",
+        description=(
+            "The metric values the page needs: the empirical ε lower bound, per-victim flags, "
+            "membership AUC per round and TPR on the ROC grid."
+        ),
     )
 
 
@@ -56,6 +59,10 @@ class JobSummary(_Strict):
     claims: list[str] | None = Field(None, description="The threat models the defense claims to address.")
     threads: int | None = Field(
         None, description="Intra-op threads the job ran with (``verify`` uses the same)."
+    )
+    series: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per-round generalization error ``g_err@<t>`` and consensus distance ``consensus@<t>``.",
     )
 
 

@@ -235,11 +235,14 @@ def write_schema(path: Path) -> None:
     _write(path, schema_json())
 
 
-def build(paths: list[Path], site: Path, tasks: dict[str, object]) -> Path:
-    """The page from the entries alone (no store): the same tables and figures as ``evaluate``."""
+def build(paths: list[Path], site: Path, tasks: dict[str, object], claims: Path | None = None) -> Path:
+    """The page from the entries alone (no store): the same tables and figures as ``evaluate``,
+    and the claims report of ``python -m bench reproduce --json`` when ``claims`` is given."""
+    from bench.claims.report import load_json
     from bench.scoring import entry_table, superseded_versions, tables_by_track
     from bench.site import write_site
     from bench.site.graph_figure import track_figures
+    from bench.site.mia_figure import membership_figures
 
     entries = validate(paths)
     results = [r for e in entries for r in jobs_of(e)]
@@ -263,4 +266,6 @@ def build(paths: list[Path], site: Path, tasks: dict[str, object]) -> Path:
         entries=entries,
         tasks=tasks,
         images=entry_images(list(zip(entries, paths, strict=True))),
+        membership=membership_figures(results),
+        claims=None if claims is None else load_json(claims),
     )

@@ -99,6 +99,8 @@ def compare_jobs(stated: JobSummary, again: JobSummary, tolerance: float = DEFAU
     check("epsilon", stated.epsilon, again.epsilon)
     for threat in sorted(set(stated.privacy) | set(again.privacy)):
         check(f"privacy[{threat}]", stated.privacy.get(threat), again.privacy.get(threat))
+    for name in sorted(set(stated.series) | set(again.series)):
+        check(name, stated.series.get(name), again.series.get(name))
     mine = {(a.threat, a.attack): a for a in again.attacks}
     theirs = {(a.threat, a.attack): a for a in stated.attacks}
     for key in sorted(set(mine) | set(theirs)):

@@ -7,7 +7,7 @@ import torch
 
 from bench.attacks.base import Reconstruction
 from bench.membership.epsilon import epsilon_lower_bound
-from bench.membership.metrics import leakage_from_auc, membership_metrics
+from bench.membership.metrics import ROC_FPRS, leakage_from_auc, membership_metrics
 from bench.membership.thresholds import apply_threshold
 from bench.metrics.base import METRICS, DataInfo, Metric, Truth
 from bench.metrics.vector import check_pairs
@@ -19,7 +19,10 @@ class MembershipAUC(Metric):
     non-members; the other nodes' samples left out), from the attack's scores:
 
     * ``auc`` — area under the ROC (torchmetrics), the headline;
-    * ``tpr@0.001``, ``tpr@0.01`` — TPR at low FPR (Carlini et al. 2022);
+    * ``tpr@0.001``, ``tpr@0.01`` — TPR at low FPR (Carlini et al. 2022), and ``tpr@<f>`` at
+      every FPR ``f`` of :data:`bench.membership.metrics.ROC_FPRS`: the ROC on a log grid,
+      averaged over victims at fixed FPR (vertical averaging, Fawcett 2006), which the page
+      draws on log-log axes;
     * ``advantage`` — Pasquini et al.'s ``M − 0.5`` with the oracle threshold (it uses the
       membership labels: an upper bound on a threshold attacker);
     * ``calibrated_advantage`` — ``M − 0.5`` at the threshold the attacker picked from its own
@@ -51,7 +54,7 @@ class MembershipAUC(Metric):
                 raise ValueError(f"node {rec.node}: non-finite membership scores")
             if members.all() or not members.any():
                 continue  # a node without training samples (or no non-members) has nothing to score
-            row = membership_metrics(scores, members)
+            row = membership_metrics(scores, members, ROC_FPRS)
             row["epsilon_lb"] = epsilon_lower_bound(scores, members)
             if "threshold" in rec.extra:  # the attacker's own threshold, next to the oracle one
                 row["calibrated_advantage"] = apply_threshold(

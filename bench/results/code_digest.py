@@ -29,6 +29,7 @@ ATTACKS = "bench.attacks"
 PRESENTATION = (
     "__main__.py",
     "cli.py",
+    "claims",
     "commands",
     "scoring.py",
     "site",

@@ -27,7 +27,7 @@ import re
 
 import pandas as pd
 
-__all__ = ["privacy_utility_svg"]
+__all__ = ["inline_svg", "privacy_utility_svg", "svg_settings"]
 
 #: The undefended configuration drawn as the baseline.
 BASELINE = "none"
@@ -48,14 +48,7 @@ def privacy_utility_svg(df: pd.DataFrame, track: str, front: list[str], metric: 
     data = data[data["privacy_mean"].map(math.isfinite) & data["utility_mean"].map(math.isfinite)]
     if len(data) < 2:
         return None
-    settings = {
-        "svg.hashsalt": track,
-        "svg.fonttype": "none",
-        "text.parse_math": False,
-        "font.size": 8,
-        "font.family": "sans-serif",
-    }
-    with rc_context(settings):
+    with rc_context(svg_settings(track)):
         fig = Figure(figsize=(6.0, 3.6), layout="constrained")
         ax = fig.add_subplot()
         on_front = data[data["defense"].isin(front)].sort_values("utility_mean")
@@ -86,8 +79,25 @@ def privacy_utility_svg(df: pd.DataFrame, track: str, front: list[str], metric: 
         ax.set_ylim(-0.05, 1.08)
         ax.grid(True, lw=0.3, color="#d9dee3")
         ax.legend(loc="best", fontsize=6.5, frameon=False)
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
+        return inline_svg(fig)
+
+
+def svg_settings(salt: str) -> dict[str, object]:
+    """The matplotlib settings of every page figure: deterministic ids salted by ``salt``, text
+    as ``<text>`` elements, no math parsing."""
+    return {
+        "svg.hashsalt": salt,
+        "svg.fonttype": "none",
+        "text.parse_math": False,
+        "font.size": 8,
+        "font.family": "sans-serif",
+    }
+
+
+def inline_svg(fig: object) -> str:
+    """``fig`` as an ``<svg>`` element to inline in HTML (call inside ``rc_context(svg_settings)``)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})  # type: ignore[attr-defined]
     text = buf.getvalue()
     text = text[text.index("<svg") :]
     # inline in HTML the namespaces are implied: drop their URLs and the RDF metadata block, so

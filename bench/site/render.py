@@ -135,6 +135,8 @@ def render_index(
     links: Mapping[tuple[str, str], str] | None = None,
     plots: bool = True,
     gallery: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+    membership: Mapping[str, Any] | None = None,
+    claims: Mapping[str, Any] | None = None,
 ) -> str:
     """Render the leaderboard page.
 
@@ -160,6 +162,11 @@ def render_index(
     gallery:
         ``(track, defense label) -> {src, attack, seed, width, height}``: each entry's worst-case
         reconstruction on the track, shown in rank order under the plot.
+    membership:
+        ``track -> inline SVG``: the membership-inference figures
+        (:func:`bench.site.mia_figure.membership_figures`), shown under the plot.
+    claims:
+        A claims report (:func:`bench.claims.report.to_json`), shown as the page's last section.
 
     Returns
     -------
@@ -196,6 +203,7 @@ def render_index(
                 "front": front,
                 "rows": rows(df, attacks, set(front), links),
                 "figure": (figures or {}).get(str(track)),
+                "membership": (membership or {}).get(str(track)) if plots else None,
                 "plot": _plot(df, str(track), front, metric, plots),
                 "gallery": [
                     {"defense": str(d), **gallery[(str(track), str(d))]}
@@ -215,7 +223,23 @@ def render_index(
         superseded=[] if superseded is None else superseded.astype(str).to_dict("records"),
         script=script,
         script_hash=script_hash,
+        claims=_claims(claims),
     )
+
+
+def _claims(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The claims section: checked claims by paper, then the unchecked ones (all values escaped)."""
+    if not report:
+        return None
+    results = [r for r in report.get("results", []) if isinstance(r, dict)]
+    passed = sum(r.get("status") == "pass" for r in results)
+    return {
+        "scale": str(report.get("scale", "")),
+        "commit": str(report.get("commit", "")),
+        "summary": f"{passed} of {len(results)} checks pass",
+        "results": results,
+        "unchecked": [u for u in report.get("unchecked", []) if isinstance(u, dict)],
+    }
 
 
 def _atomic_write(target: Path, html: str) -> None:
@@ -240,6 +264,8 @@ def write_site(
     entries: Sequence[Entry] = (),
     tasks: Mapping[str, Any] | None = None,
     images: Mapping[tuple[str, str], tuple[Path, str, int]] | None = None,
+    membership: Mapping[str, Any] | None = None,
+    claims: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the leaderboard page to ``out_dir/index.html`` and one page per entry.
 
@@ -256,6 +282,8 @@ def write_site(
         ``(track, defense label) -> (PNG, attack, seed)``: the worst-case reconstruction grids
         (:mod:`bench.leaderboard.gallery`), copied to ``images/<sha256[:16]>.png`` (one file per
         content) and shown under each track's plot.
+    membership, claims:
+        As for :func:`render_index`.
 
     Returns
     -------
@@ -284,7 +312,20 @@ def write_site(
             "src": name, "attack": attack, "seed": seed, "width": scale * width, "height": scale * height,
         }  # fmt: skip
     target = out_dir / "index.html"
-    _atomic_write(target, render_index(tables, meta, superseded, figures, tasks, links, gallery=gallery))
+    _atomic_write(
+        target,
+        render_index(
+            tables,
+            meta,
+            superseded,
+            figures,
+            tasks,
+            links,
+            gallery=gallery,
+            membership=membership,
+            claims=claims,
+        ),
+    )
     return target
 
 
