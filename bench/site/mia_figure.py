@@ -106,11 +106,13 @@ class _Track:
 
 
 def _colours(defenses: list[str]) -> dict[str, str]:
+    """The undefended run red; the others from ``tab20`` without its two reds (18 colours, cycled)."""
     from matplotlib import colormaps
 
     cmap = colormaps["tab20"]
+    palette = [_hex(cmap(i)) for i in range(20) if i not in (6, 7)]
     others = [d for d in defenses if d != BASELINE]
-    out = {d: _hex(cmap(i % 20)) for i, d in enumerate(others)}
+    out = {d: palette[i % len(palette)] for i, d in enumerate(others)}
     out[BASELINE] = "#b3261e"
     return out
 
