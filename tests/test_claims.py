@@ -40,7 +40,7 @@ def test_every_numbered_claim_is_checked_or_listed_with_a_reason() -> None:
 
 def test_selection_and_unknown_names_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     claims, skipped = select(["xu2021"])
-    assert {c.id for c in claims} == {"xu2021:obs1", "xu2021:obs1-krylov", "xu2021:obs2"}
+    assert {c.id for c in claims} == {"xu2021:obs1", "xu2021:obs1-krylov", "xu2021:obs2", "xu2021:table1"}
     assert skipped and all(u.paper == "xu2021" for u in skipped)
     assert main(["reproduce", "--claim", "pasquini2023:C99"]) == 2
     err = capsys.readouterr().err
