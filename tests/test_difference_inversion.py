@@ -2,6 +2,7 @@
 C5, C10) — orderings over seeds at a small scale."""
 
 from bench.attacks import build_attack
+from bench.claims.yu2023 import pdmm_ring
 from bench.metrics import DataInfo, Truth, build_metric
 from bench.simulation import Simulation
 from bench.threats import build_threat
@@ -27,21 +28,6 @@ def mean_ssim(sim, recs):
     return build_metric("image_ssim").compute(recs, truths, info)["headline"]
 
 
-def pdmm_sim(seed, model="mlp", params=None, rounds=8):
-    cfg = {
-        **DIGITS,
-        "model": model,
-        "model_params": params if params is not None else {"hidden": [100]},
-        "topology": "ring",
-        "protocol": "pdmm",
-        "protocol_params": {"solver": "gradient_step", "mu": 0.05, "z0_variance": 1.0},
-        "seed": seed,
-    }
-    sim = Simulation(cfg, threats={"eve": build_threat("eavesdropper", coalition=[0])}, record_rounds="all")
-    sim.run(rounds)
-    return sim
-
-
 def test_fedsgd_inversion_beats_pdmm_gradient_difference_inversion():
     """TIFS C7 / thesis C5 at n_i = 1: reconstructions from FedSGD gradients are better than from
     PDMM gradient differences (same data, model and seed), and the latter still beat the prior."""
@@ -53,7 +39,7 @@ def test_fedsgd_inversion_beats_pdmm_gradient_difference_inversion():
         )
         fed.run(1)
         cfl = mean_ssim(fed, build_attack("dlg", rounds=(0,)).run(fed.view("s")))
-        sim = pdmm_sim(seed)
+        sim = pdmm_ring(seed)
         dfl = mean_ssim(
             sim,
             build_attack("pdmm_difference_inversion", rounds=(0,), restarts=1, iterations=60).run(

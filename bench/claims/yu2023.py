@@ -157,8 +157,10 @@ def _digits_fedsgd_server(cfg: dict[str, Any], rounds: tuple[int, ...]) -> Any:
     return sim
 
 
-def _pdmm_logreg_ring(seed: int, rounds: int = 6) -> Any:
-    """PDMM on a 6-node ring, one digit per node, multinomial logistic regression, σ_z² = 1."""
+def pdmm_ring(seed: int, model: str = "mlp", params: dict[str, Any] | None = None, rounds: int = 8) -> Any:
+    """PDMM on a 6-node ring, one digit per node (float64, σ_z² = 1, one-step solver, μ = 0.05),
+    with an eavesdropper ``eve`` of coalition {0} on every round; ``model`` an MLP of width 100 by
+    default."""
     from bench.simulation import Simulation
     from bench.threats import build_threat
 
@@ -166,8 +168,8 @@ def _pdmm_logreg_ring(seed: int, rounds: int = 6) -> Any:
         "dataset": "digits",
         "partition": "fixed_size",
         "partition_params": {"n_per_node": 1},
-        "model": "logreg",
-        "model_params": {},
+        "model": model,
+        "model_params": params if params is not None else {"hidden": [100]},
         "nodes": 6,
         "dtype": "float64",
         "topology": "ring",
@@ -222,7 +224,7 @@ def thesis_c10(scale: str) -> Measured:
                 classes.add(int(y))
     grad_ok = diff_ok = total = 0
     for seed in SEEDS:
-        sim = _pdmm_logreg_ring(seed)
+        sim = pdmm_ring(seed, model="logreg", params={}, rounds=6)
         dg, w_early, _ = PDMMObservables(sim.view("eve")).gradient_differences(
             1, "delta_z", anchor="coalition"
         )
