@@ -91,7 +91,7 @@ def test_gram_l2_keeps_float32_precision_near_the_minimum():
     assert bool((values / norm < 1e-10).all()), (values / norm).tolist()
 
 
-def test_auto_method_picks_gram_for_sequential_mlps_and_vmap_otherwise():
+def test_auto_method_picks_gram_for_sequential_mlps_only():
     model, loss_fn, _, y, theta, target = problems("mlp_sigmoid", 2, 1, 1)
     assert gram_applicable(model)
     assert isinstance(matching_fn(model, loss_fn, y, theta, target), GramMatching)
