@@ -245,10 +245,13 @@ def spec(case: Case, attack: str, budget: int) -> dict:
 
 def make_venv(path: str) -> None:
     """Create breaching's virtual environment with our pinned torch."""
-    subprocess.run([sys.executable, "-m", "venv", path], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not bench's checkout
+    subprocess.run([sys.executable, "-m", "venv", path], check=True, env=env)
     pip = [str(Path(path) / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.run(
-        [*pip, f"torch=={torch.__version__.split('+')[0]}", "torchvision==0.29.1", BREACHING], check=True
+        [*pip, f"torch=={torch.__version__.split('+')[0]}", "torchvision==0.29.1", BREACHING],
+        check=True,
+        env=env,
     )
     print(f"breaching installed in {path}; run with --breaching-python {path}/bin/python")
 
