@@ -274,10 +274,12 @@ def main(argv: list[str] | None = None) -> None:
         make_venv(args.make_venv)
         return
     if not Path(args.breaching_python).exists():
-        sys.exit(
-            f"no breaching environment at {args.breaching_python}: create one with "
-            "`python benchmarks/peers.py --make-venv DIR` and pass --breaching-python DIR/bin/python"
+        print(
+            f"--breaching-python: no breaching environment at {args.breaching_python}; create one with "
+            "`python benchmarks/peers.py --make-venv DIR` and pass --breaching-python DIR/bin/python",
+            file=sys.stderr,
         )
+        sys.exit(2)
     torch.set_num_threads(1)
     seeds = args.seeds or (1 if args.quick else 2)
     ladders = {
