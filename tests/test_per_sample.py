@@ -122,3 +122,60 @@ def test_the_default_weighted_reduction_is_the_masked_mean():
     mask = torch.tensor([[True, True, False, True], [False, False, False, False]])
     reduced = hooks.per_sample_gradients(g, mask, RoundContext(0))
     torch.testing.assert_close(reduced, DefenseHooks().per_sample_gradients(g, mask, RoundContext(0)))
+
+
+MANUAL_CASES = [
+    *CASES,
+    ("mlp", {"hidden": [6, 4], "activation": "sigmoid"}, (5,), 3, "cross_entropy"),
+    ("mlp", {"hidden": [6], "activation": "relu"}, (4,), 2, "cross_entropy"),
+    ("mlp", {"hidden": [5], "activation": "tanh"}, (4,), 0, "squared"),
+]
+
+
+@pytest.mark.parametrize(("model", "params", "shape", "classes", "loss"), MANUAL_CASES)
+def test_hand_written_backward_equals_autograd(model, params, shape, classes, loss):
+    """The closed-form loss derivatives and activation derivatives give the errors autograd
+    gives, so the node gradients, per-sample gradients and weighted sums agree in float64."""
+    from bench.simulation import per_sample
+
+    stacked, vmapped = objectives(model, params, shape, classes, loss)
+    assert stacked.loss_grad is not None
+    x, y, mask = data(shape, classes, seed=3)
+    theta = torch.randn(
+        3, stacked.model.n_params, generator=torch.Generator().manual_seed(4), dtype=torch.float64
+    )
+    args = (stacked.model, stacked.loss_fn, theta, x, y, mask)
+    manual, m_losses = per_sample._errors(*args, stacked.loss_grad)
+    auto, a_losses = per_sample._errors(*args)
+    for (n1, a1, d1), (n2, a2, d2) in zip(manual, auto, strict=True):
+        assert n1 == n2
+        torch.testing.assert_close(a1, a2, rtol=0, atol=0)
+        torch.testing.assert_close(d1, d2, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(m_losses, a_losses, rtol=0, atol=0)
+    g1, l1 = stacked.node_grads(theta, x, y, mask)
+    g2, l2 = vmapped.node_grads(theta, x, y, mask)
+    torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(l1, l2, rtol=1e-12, atol=1e-14)
+
+
+def test_without_closed_forms_the_errors_come_from_autograd():
+    """An activation outside ACTIVATION_GRADIENTS, or a loss given as a function, takes the
+    autograd pass; the gradients still equal vmap's."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from bench.simulation.flat import FlatModel
+
+    module = nn.Sequential(nn.Linear(4, 6), nn.GELU(), nn.Linear(6, 3)).to(torch.float64)
+    flat = FlatModel(module)
+    x, y, mask = data((4,), 3)
+    theta = torch.randn(3, flat.n_params, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    for loss in ("cross_entropy", lambda out, target: F.cross_entropy(out, target, reduction="none")):
+        stacked, vmapped = NodeObjective(flat, loss, "stacked"), NodeObjective(flat, loss, "vmap")
+        torch.testing.assert_close(
+            stacked.node_grads(theta, x, y, mask)[0],
+            vmapped.node_grads(theta, x, y, mask)[0],
+            rtol=1e-10,
+            atol=1e-12,
+        )
+    assert NodeObjective(flat, lambda out, target: out.sum(-1), "stacked").loss_grad is None

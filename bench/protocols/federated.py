@@ -17,6 +17,7 @@ broadcast does not); the server's weighted mean ``Σ_c p_c m_c`` is the aggregat
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -58,6 +59,7 @@ class _Federated(Protocol):
         self.weighting = require_choice(weighting, WEIGHTINGS, "protocol.weighting")
         self._all: torch.Tensor | None = None
         self._all_weights: torch.Tensor | None = None
+        self._all_routes: tuple[MessageBatch, MessageBatch] | None = None
 
     def init_state(self, theta0: torch.Tensor) -> State:
         # the server's initial model θ(0) is node 0's initialization (all equal with common init)
@@ -76,7 +78,7 @@ class _Federated(Protocol):
         if k == n:
             if self._all is None or self._all.device != device:
                 self._all = torch.arange(n, device=device)
-                self._all_weights = None
+                self._all_weights = self._all_routes = None
             return self._all
         keys = counter_hash(self.context.seed, CLIENT_STREAM, t, torch.arange(n))
         return torch.sort(torch.argsort(keys, stable=True)[:k]).values.to(device)
@@ -95,9 +97,28 @@ class _Federated(Protocol):
         w = torch.ones_like(counts) if self.weighting == "uniform" else counts
         return w / w.sum()
 
+    def client_rows(self, clients: torch.Tensor) -> torch.Tensor | slice:
+        """Index of the sampled clients' rows: a slice (views, no copy) under full participation."""
+        return slice(None) if clients is self._all else clients
+
+    def _routes(self, clients: torch.Tensor) -> tuple[MessageBatch, MessageBatch]:
+        """Templates of the broadcast and the uploads for ``clients`` (their sender and edge
+        tensors built once under full participation, where they never change)."""
+        if clients is self._all and self._all_routes is not None:
+            return self._all_routes
+        placeholder = torch.empty(len(clients), 0, device=clients.device)
+        routes = (
+            MessageBatch.from_one(0, 0, "global_model", SERVER, placeholder[0], clients),
+            MessageBatch.to_one(0, 1, "upload", clients, placeholder, SERVER),
+        )
+        if clients is self._all:
+            self._all_routes = routes
+        return routes
+
     def broadcast_global(self, t: int, state: State, clients: torch.Tensor) -> torch.Tensor:
         """Server → clients: ``θ(t)``; returns what each sampled client received ``[k, P]``."""
-        msgs = MessageBatch.from_one(t, 0, "global_model", SERVER, state["global"], clients)
+        route = self._routes(clients)[0]
+        msgs = replace(route, round=t, payload=state["global"].unsqueeze(0))
         got = self.context.channel.send(msgs, RoundContext(t, 0, clients), from_server=True)
         if got is msgs and got.payload.shape[0] == 1:  # delivered unchanged: one model for all
             return got.payload.expand(len(clients), -1)
@@ -108,7 +129,7 @@ class _Federated(Protocol):
     def upload(
         self, t: int, state: State, kind: str, clients: torch.Tensor, payload: torch.Tensor
     ) -> MessageBatch:
-        msgs = MessageBatch.to_one(t, 1, kind, clients, payload, SERVER)
+        msgs = replace(self._routes(clients)[1], round=t, kind=kind, payload=payload)
         return self.context.channel.send(msgs, RoundContext(t, 1, clients))
 
     def aggregate_uploads(
@@ -117,9 +138,11 @@ class _Federated(Protocol):
         """The server's rule ``Σ_c p_c m_c`` over the delivered uploads (rows in client order), as
         wrapped by the defense."""
         weights = self.weights(clients)
+        sent = self._routes(clients)[1].edges
 
         def weighted_mean(own: torch.Tensor, msgs: MessageBatch) -> torch.Tensor:
-            return weights @ msgs.payload[msgs.edges[:, 0]]
+            rows = msgs.payload if msgs.edges is sent else msgs.payload[msgs.edges[:, 0]]
+            return weights @ rows
 
         return self.context.channel.aggregate(weighted_mean, received, delivered, RoundContext(t, 1, clients))
 
@@ -161,12 +184,9 @@ class FedSGD(_Federated):
         assert batch is not None
         clients = self.sample_clients(t, self.context.n_nodes, state["global"].device)
         received = self.broadcast_global(t, state, clients)
+        rows = self.client_rows(clients)
         grads, losses = self.gradients(
-            received,
-            batch.x[clients, 0],
-            batch.y[clients, 0],
-            batch.mask[clients, 0],
-            RoundContext(t, 0, clients),
+            received, batch.x[rows, 0], batch.y[rows, 0], batch.mask[rows, 0], RoundContext(t, 0, clients)
         )
         delivered = self.upload(t, state, "gradient", clients, grads)
         mean_grad = self.aggregate_uploads(t, received, delivered, clients)

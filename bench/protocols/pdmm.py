@@ -56,38 +56,18 @@ import torch
 from bench.data.stacked import derive_seed
 from bench.errors import BenchInputError, require, require_number, require_positive_int
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
+from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
 from bench.registry_utils import require_choice
-from bench.simulation.hooks import HOOK_NAMES, RoundContext
+from bench.simulation.hooks import HOOK_NAMES, RoundContext, overridden_hooks
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:
     from bench.data.stacked import NodeBatch
 
 SOLVERS = ("exact", "gradient_step", "inexact", "quadratic")
+EDGE_STATES = ("auto", "lean", "full")
 
-
-class EdgeStructure:
-    """Directed-edge bookkeeping: ``src``, ``dst``, sign ``s = B_{src|dst}``, reverse index, degree."""
-
-    def __init__(self, edges: torch.Tensor, n_nodes: int, dtype: torch.dtype) -> None:
-        self.src, self.dst = edges[:, 0], edges[:, 1]
-        self.n_edges = int(edges.shape[0])
-        self.sign = torch.where(self.src < self.dst, 1.0, -1.0).to(dtype)
-        keys = self.src * n_nodes + self.dst  # sorted (edges are lexicographic)
-        self.rev = torch.searchsorted(keys, self.dst * n_nodes + self.src)
-        self.degree = torch.bincount(self.src, minlength=n_nodes).to(dtype)
-        self.n_nodes = n_nodes
-        #: (row, receiver) deliveries of one message per directed edge, built once
-        self.deliveries = torch.stack([torch.arange(self.n_edges, device=edges.device), self.dst], 1)
-
-    def node_sum(self, per_edge: torch.Tensor) -> torch.Tensor:
-        """``Σ_{e: src(e)=i} per_edge[e]`` for every node ``i``: ``[N, P]``."""
-        out = torch.zeros(self.n_nodes, per_edge.shape[1], dtype=per_edge.dtype, device=per_edge.device)
-        return out.index_add_(0, self.src, per_edge)
-
-    def bz(self, z: torch.Tensor) -> torch.Tensor:
-        """``a_i = Σ_{j∈N_i} B_{i|j} z_{i|j}``."""
-        return self.node_sum(self.sign[:, None] * z)
+__all__ = ["EDGE_STATES", "PDMM", "SOLVERS", "EdgeStructure", "subspace_perturbation_dimension"]
 
 
 @PROTOCOLS.register(
@@ -123,6 +103,14 @@ class PDMM(Protocol):
     record_trajectory:
         Keep ``z^(0)`` and every round's true ``w`` and ``z`` (for oracle comparisons in small
         runs).
+    edge_state:
+        How ``z`` is stored (:mod:`bench.protocols.pdmm_edges`). ``"lean"``: after round 0,
+        ``D_ij = z_{i|j} − z_{j|i}`` per undirected pair and ``a_i = Σ_j B_{i|j} z_{i|j}`` per
+        node (half the memory of ``z``, and a round makes a constant number of passes over it);
+        needs differential transmission, no ``record_trajectory`` and no defense wrapping the
+        aggregation (whose contract hands it the ``z`` rows). ``"full"``: ``z`` as
+        ``[2|E|, P]``. ``"auto"`` (default): lean whenever it applies. The two compute the same
+        iterates (equal in exact arithmetic; the lean form accumulates ``a``).
     """
 
     def __init__(
@@ -140,6 +128,7 @@ class PDMM(Protocol):
         batch_size: int | None = None,
         loss_reduction: str = "sum",
         record_trajectory: bool = False,
+        edge_state: str = "auto",
     ) -> None:
         super().__init__()
         self.rho = require_number(rho, "protocol.rho")
@@ -159,6 +148,10 @@ class PDMM(Protocol):
         self.batch_size = check_batch(batch_size)
         self.loss_reduction = require_choice(loss_reduction, ("sum", "mean"), "protocol.loss_reduction")
         self.record_trajectory = bool(record_trajectory)
+        self.edge_state = require_choice(edge_state, EDGE_STATES, "protocol.edge_state")
+        if self.edge_state == "lean":
+            require(self.differential, "protocol.edge_state", edge_state, "needs differential = true")
+            require(not self.record_trajectory, "protocol.edge_state", edge_state, "records no z trajectory")
         self._edges: EdgeStructure | None = None
         self.trajectory: dict[str, list[torch.Tensor]] = {"w": [], "z": [], "z0": []}
 
@@ -298,18 +291,33 @@ class PDMM(Protocol):
         return w, losses
 
     # ------------------------------------------------------------------------------- round
+    def lean(self) -> bool:
+        """Whether this run keeps the lean edge state (``edge_state``; see the parameter)."""
+        if self.edge_state == "full" or not self.differential or self.record_trajectory:
+            return False
+        wrapped = "wrap_aggregation" in overridden_hooks(self.context.hooks)
+        if wrapped and self.edge_state == "lean":
+            raise BenchInputError(
+                "protocol.edge_state", "lean", reason="the defense wraps the aggregation: use full or auto"
+            )
+        return not wrapped
+
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None
         channel, hooks = self.context.channel, self.context.hooks
-        e, z = self.edges, state["z"]
+        e = self.edges
         if t == 0 and self.differential:
             # z_{i|j}^(0) held by i, shared once with j over a secure channel; what is delivered
             # (after the defense's outgoing hook) is the initial value both endpoints hold
-            got = channel.send(MessageBatch(0, 0, "z0", z, e.src, e.deliveries, secure=True), RoundContext(0))
-            z = self._delivered(got)
-            state["z"] = z
+            msgs = MessageBatch(0, 0, "z0", state["z"], e.src, e.deliveries, secure=True)
+            state["z"] = self._delivered(channel.send(msgs, RoundContext(0)))
             if self.record_trajectory:
-                self.trajectory["z0"] = [z.detach().cpu().clone()]
+                self.trajectory["z0"] = [state["z"].detach().cpu().clone()]
+        if "z" in state and self.lean():
+            state["dz"], state["a"] = e.pairs.from_z(state.pop("z"), e)
+        if "z" not in state:
+            return self._lean_round(t, state, batch)
+        z = state["z"]
         w, losses = self.local_solve(state["theta"], e.bz(z), batch, t)
         w = hooks.local_update(w, state["theta"], RoundContext(t))
         # along e = (i → j) node i computes z_{j|i}^(t+1) = (1−θ) z_{j|i} + θ (z_{i|j} + 2ρ B_{i|j} w_i)
@@ -327,13 +335,35 @@ class PDMM(Protocol):
             self.trajectory["z"].append(z_new.detach().cpu().clone())
         return {"loss": losses.mean()}
 
-    def _delivered(self, got: MessageBatch, order: torch.Tensor | None = None) -> torch.Tensor:
-        """The payload row delivered along each directed edge ``[2|E|, P]``, in edge order (or,
-        with ``order``, along edges ``order``); one gather in the layout the protocol sent."""
+    def _lean_round(self, t: int, state: State, batch: NodeBatch) -> dict[str, torch.Tensor]:
+        """One round on the lean edge state ``(D, a)`` (:mod:`bench.protocols.pdmm_edges`): the
+        same Eqs. 4–5, the increments sent pair-major, the receivers integrating what is
+        delivered. The aggregation is the protocol's own (no defense wraps it on this path)."""
+        channel, hooks, pairs = self.context.channel, self.context.hooks, self.edges.pairs
+        w, losses = self.local_solve(state["theta"], state["a"], batch, t)
+        w = hooks.local_update(w, state["theta"], RoundContext(t))
+        payload = pairs.increments(w, state["dz"], self.rho, self.theta)
+        msgs = MessageBatch(t, 1, "delta_z", payload, pairs.senders, pairs.deliveries)
+        got = channel.send(msgs, RoundContext(t, 1))
+        pairs.integrate(state["dz"], state["a"], self._delivered(got, layout=pairs))
+        state["theta"] = w
+        return {"loss": losses.mean()}
+
+    def edge_state_bytes(self, state: State) -> int:
+        """Bytes of the edge state the protocol keeps between rounds (``z``, or ``D`` and ``a``)."""
+        return sum(state[k].numel() * state[k].element_size() for k in ("z", "dz", "a") if k in state)
+
+    def _delivered(
+        self, got: MessageBatch, order: torch.Tensor | None = None, layout: PairLayout | None = None
+    ) -> torch.Tensor:
+        """The payload row delivered along each slot of the layout the protocol sent (directed
+        edges in edge order, or ``layout``'s pair-major order), ``[2|E|, P]``; with ``order``,
+        along slots ``order``. One gather, none when the layout came back unchanged."""
         e = self.edges
+        sent = e.deliveries if layout is None else layout.deliveries
         if got.payload.shape[0] != e.n_edges or got.edges.shape[0] != e.n_edges:
             raise RuntimeError("a defense or adversary changed the number of PDMM messages")
-        if got.edges is e.deliveries:  # row r delivered along edge r (unchanged layout)
+        if got.edges is sent:  # row r delivered along slot r (unchanged layout)
             return got.payload if order is None else got.payload.index_select(0, order)
         rows = got.edges[:, 0]
         return got.payload.index_select(0, rows if order is None else rows.index_select(0, order))

@@ -12,10 +12,12 @@ Three kernels compute it:
 * dense — ``W @ x`` (dense graphs);
 * CSR — ``W_csr @ x``, one call (sparse graphs, narrow vectors such as linear models);
 * gather — each node's neighbours padded to ``d_max + 1`` slots (self first), and
-  ``x⁺ = Σ_k w[:, k] ⊙ x[nbr[:, k]]``, a loop over the ``d_max + 1`` slots (never over nodes)
-  applied to column blocks of ``x`` so that each block is read from memory once while it is in
-  cache (sparse graphs, wide vectors on CPU). With 100 nodes × 80 k parameters on a 2-core CPU
-  it is ≈ 2.5× faster than PyTorch's CSR product, which copies the dense operand.
+  ``x⁺ = Σ_k w[:, k] ⊙ x[nbr[:, k]]`` as one ``torch.nn.functional.embedding_bag`` call (mode
+  ``"sum"`` with per-sample weights: PyTorch's fused gather-and-weighted-sum kernel, which reads
+  each neighbour row once and accumulates into an output row that stays in cache; sparse graphs,
+  wide vectors on CPU). With 100 nodes × 80 k parameters (a torus) on a 2-core CPU: 11 ms in
+  float32 against 17 ms for PyTorch's CSR product and 37 ms for a loop over the slots of
+  column-blocked gathers (the previous kernel); 29, 34 and 54 ms in float64.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 from bench.simulation.messages import MessageBatch
 
@@ -37,8 +40,8 @@ class GossipMixer:
     sparse_below:
         Use the sparse (gather) kernel when ``(d_max + 1) / N`` is below this fraction.
     block:
-        Columns per block of the gather kernel, and the width from which it replaces the CSR
-        product (CPU only; on CUDA the CSR product is used).
+        The vector width from which the gather kernel replaces the CSR product (CPU only; on
+        CUDA the CSR product is used).
     """
 
     def __init__(self, W: torch.Tensor, sparse_below: float = 0.5, block: int = 8192) -> None:
@@ -71,18 +74,13 @@ class GossipMixer:
         return GossipMixer(self.W.to(device=device, dtype=dtype), self.sparse_below, self.block)
 
     def _gather(self, own: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
-        """``diag ⊙ own + Σ_{k≥1} w[:, k] ⊙ payload[nbr[:, k]]`` block by block."""
-        p = payload.shape[1]
-        block = self.block
-        out = torch.empty_like(payload)
-        w, idx = self.slot_weight, self.slot_index
-        for c in range(0, p, block):
-            o = own[:, c : c + block] * w[:, :1]
-            src = payload[:, c : c + block]
-            for k in range(1, idx.shape[1]):
-                o.addcmul_(src[idx[:, k]], w[:, k : k + 1])
-            out[:, c : c + block] = o
-        return out
+        """``diag ⊙ own + Σ_{k≥1} w[:, k] ⊙ payload[nbr[:, k]]`` (one ``embedding_bag`` when
+        ``own`` is the payload, else the neighbours' sum plus the own term)."""
+        w, idx = self.slot_weight.to(payload.dtype), self.slot_index
+        if own is payload:
+            return F.embedding_bag(idx, payload, per_sample_weights=w, mode="sum")
+        out = F.embedding_bag(idx[:, 1:], payload, per_sample_weights=w[:, 1:], mode="sum")
+        return out.addcmul_(own, w[:, :1])
 
     def _use_gather(self, x: torch.Tensor) -> bool:
         return x.shape[1] >= self.block and not x.is_cuda

@@ -37,7 +37,7 @@ from torch.func import functional_call, grad, vmap
 from bench.errors import BenchInputError
 from bench.registry import Registry
 from bench.simulation.flat import FlatModel
-from bench.simulation.per_sample import stacked_sample_grads, stacked_weighted_sum
+from bench.simulation.per_sample import stacked_node_grads, stacked_sample_grads, stacked_weighted_sum
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LOSSES: Registry = Registry("loss")
@@ -56,6 +56,15 @@ def binary_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 @LOSSES.register("squared", "squared error (f(x) - y)² (Xu & Neglia Eq. 2, without the 1/2)")
 def squared(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (out.squeeze(-1) - y.to(out.dtype)) ** 2
+
+
+#: ``dℓ/dout`` of the registered losses in closed form (``(out [n, C], y [n]) -> [n, C]``), used by
+#: the hand-written backward pass of stackable models (:mod:`bench.simulation.per_sample`)
+LOSS_GRADIENTS: dict[LossFn, LossFn] = {
+    cross_entropy: lambda out, y: torch.softmax(out, -1) - F.one_hot(y, out.shape[-1]).to(out.dtype),
+    binary_cross_entropy: lambda out, y: torch.sigmoid(out) - y.to(out.dtype)[:, None],
+    squared: lambda out, y: 2.0 * (out - y.to(out.dtype)[:, None]),
+}
 
 
 def default_loss(n_classes: int, n_outputs: int) -> str:
@@ -138,6 +147,8 @@ class NodeObjective:
             "stacked" if vectorize == "stacked" or (vectorize == "auto" and can_stack) else "vmap"
         )
         self._losses = self._stacked_losses if self.vectorize == "stacked" else vmap(self._named_loss)
+        #: the loss's closed-form derivative (``None`` for a loss given as a function)
+        self.loss_grad = LOSS_GRADIENTS.get(self.loss_fn)
 
     def _stacked_losses(
         self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
@@ -158,7 +169,11 @@ class NodeObjective:
     def node_grads(
         self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-node gradients ``[N, P]`` and losses ``[N]`` (nodes stacked on dim 0)."""
+        """Per-node gradients ``[N, P]`` and losses ``[N]`` (nodes stacked on dim 0). Stackable
+        models write each layer's products into their slots
+        (:func:`~bench.simulation.per_sample.stacked_node_grads`)."""
+        if self.vectorize == "stacked":
+            return stacked_node_grads(self.model, self.loss_fn, theta, x, y, mask, self.loss_grad)
         with torch.enable_grad():
             leaves = {k: v.detach().requires_grad_(True) for k, v in self.model.unflatten(theta).items()}
             losses = self._losses(leaves, x, y, mask)
@@ -185,7 +200,7 @@ class NodeObjective:
         with respect to the flat row (whose slicing backward would fill and add one zero
         ``[N, B, P]`` buffer per parameter tensor)."""
         if self.vectorize == "stacked":
-            return stacked_sample_grads(self.model, self.loss_fn, theta, x, y, mask)
+            return stacked_sample_grads(self.model, self.loss_fn, theta, x, y, mask, self.loss_grad)
         module = self.model.module
 
         def sample_loss(params: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
@@ -211,7 +226,7 @@ class NodeObjective:
         weights ``w = weigh(‖g_j‖₂ [N, B])``, and the per-node mean losses ``[N]``. Stackable
         models never form ``g`` (:func:`~bench.simulation.per_sample.stacked_weighted_sum`)."""
         if self.vectorize == "stacked":
-            return stacked_weighted_sum(self.model, self.loss_fn, theta, x, y, mask, weigh)
+            return stacked_weighted_sum(self.model, self.loss_fn, theta, x, y, mask, weigh, self.loss_grad)
         grads, losses = self.sample_grads(theta, x, y, mask)
         w = weigh(torch.linalg.vector_norm(grads, dim=-1)).to(grads.dtype)
         return torch.bmm(w.unsqueeze(1), grads).squeeze(1), losses
