@@ -472,6 +472,16 @@ def main(argv: list[str] | None = None) -> None:
             "no Lightning",
         )
     )
+    comp_c = time_run_round({**cfg32, "compile": True}, min(rounds, 2000), args.repeats)
+    rows.append(
+        Row(
+            "float32 run_round only, compile: true",
+            f"{comp_c * rounds:.2f} s ({1e3 * comp_c:.3f} ms/round)",
+            f"{ref32 * rounds:.1f} s ({1e3 * ref32:.2f} ms/round)",
+            ref32 / comp_c,
+            "P x N below MIN_COMPILED_NUMEL: the kernels stay eager (bench.simulation.kernels)",
+        )
+    )
     dw, dz = agreement(cfg32, args.check_rounds)
     progress("run_round timed, agreement checked")
     profiles: list[str] = []
@@ -504,6 +514,7 @@ def main(argv: list[str] | None = None) -> None:
         m_step = time_run_round(mcfg, m_rounds, args.repeats, sim=msim)
         del msim
         m_full = time_run_round(fcfg, m_rounds, args.repeats)
+        m_comp = time_run_round({**mcfg, "compile": True}, m_rounds, args.repeats)
         # Lightning is warm from (1); the first-call costs of this model are in run_round's warm-up
         m_run = time_engine(mcfg, m_sim_rounds, 1, args.repeats, warm=False) / m_sim_rounds
         mlp_rows = [
@@ -513,6 +524,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"{1e3 * m_ref:.1f} ms/round",
                 m_ref / m_step,
                 "lean edge state (default)",
+            ),
+            Row(
+                "engine sim.run_round, compile: true",
+                f"{1e3 * m_comp:.1f} ms/round",
+                f"{1e3 * m_ref:.1f} ms/round",
+                m_ref / m_comp,
+                "lean, fused kernels compiled (in the warm-up)",
             ),
             Row(
                 "engine sim.run_round, edge_state=full",

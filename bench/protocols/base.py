@@ -64,6 +64,8 @@ class ProtocolContext:
         federated protocols).
     mixer:
         The gossip mixing operator of the graph's mixing matrix (``None`` when federated).
+    compile:
+        Whether the protocol's fused round kernels run compiled (:mod:`bench.simulation.kernels`).
     """
 
     n_nodes: int
@@ -74,6 +76,7 @@ class ProtocolContext:
     node_data: NodeData
     edges: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 2, dtype=torch.long))
     mixer: GossipMixer | None = None
+    compile: bool = False
 
     @property
     def hooks(self) -> DefenseHooks:
@@ -198,7 +201,10 @@ class Protocol(ABC):
                 else:
                     state["momentum"][nodes] = buf
                 grads = buf
-            theta = torch.addcmul(theta, active, grads, value=-lr)  # θ − η·active·g, no temporaries
+            if bool(active.all()):  # θ − η g: an axpy, ~1.7× faster than the broadcast addcmul
+                theta = torch.add(theta, grads, alpha=-lr)
+            else:
+                theta = torch.addcmul(theta, active, grads, value=-lr)  # θ − η·active·g
             if first_loss is None:
                 first_loss = losses.mean()
         assert first_loss is not None

@@ -17,7 +17,6 @@ broadcast does not); the server's weighted mean ``Σ_c p_c m_c`` is the aggregat
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -59,7 +58,7 @@ class _Federated(Protocol):
         self.weighting = require_choice(weighting, WEIGHTINGS, "protocol.weighting")
         self._all: torch.Tensor | None = None
         self._all_weights: torch.Tensor | None = None
-        self._all_routes: tuple[MessageBatch, MessageBatch] | None = None
+        self._all_routes: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def init_state(self, theta0: torch.Tensor) -> State:
         # the server's initial model θ(0) is node 0's initialization (all equal with common init)
@@ -101,15 +100,17 @@ class _Federated(Protocol):
         """Index of the sampled clients' rows: a slice (views, no copy) under full participation."""
         return slice(None) if clients is self._all else clients
 
-    def _routes(self, clients: torch.Tensor) -> tuple[MessageBatch, MessageBatch]:
-        """Templates of the broadcast and the uploads for ``clients`` (their sender and edge
-        tensors built once under full participation, where they never change)."""
+    def _routes(self, clients: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The server as a sender ``[1]``, the broadcast's edges (payload row 0 → each client) and
+        the uploads' edges (row ``c`` → the server), ``[k, 2]`` each; built once under full
+        participation, where they never change."""
         if clients is self._all and self._all_routes is not None:
             return self._all_routes
-        placeholder = torch.empty(len(clients), 0, device=clients.device)
+        rows = torch.arange(len(clients), device=clients.device)
         routes = (
-            MessageBatch.from_one(0, 0, "global_model", SERVER, placeholder[0], clients),
-            MessageBatch.to_one(0, 1, "upload", clients, placeholder, SERVER),
+            torch.tensor([SERVER], device=clients.device),
+            torch.stack([torch.zeros_like(clients), clients], dim=1),
+            torch.stack([rows, torch.full_like(rows, SERVER)], dim=1),
         )
         if clients is self._all:
             self._all_routes = routes
@@ -117,8 +118,8 @@ class _Federated(Protocol):
 
     def broadcast_global(self, t: int, state: State, clients: torch.Tensor) -> torch.Tensor:
         """Server → clients: ``θ(t)``; returns what each sampled client received ``[k, P]``."""
-        route = self._routes(clients)[0]
-        msgs = replace(route, round=t, payload=state["global"].unsqueeze(0))
+        server, down, _ = self._routes(clients)
+        msgs = MessageBatch(t, 0, "global_model", state["global"].unsqueeze(0), server, down)
         got = self.context.channel.send(msgs, RoundContext(t, 0, clients), from_server=True)
         if got is msgs and got.payload.shape[0] == 1:  # delivered unchanged: one model for all
             return got.payload.expand(len(clients), -1)
@@ -129,7 +130,7 @@ class _Federated(Protocol):
     def upload(
         self, t: int, state: State, kind: str, clients: torch.Tensor, payload: torch.Tensor
     ) -> MessageBatch:
-        msgs = replace(self._routes(clients)[1], round=t, kind=kind, payload=payload)
+        msgs = MessageBatch(t, 1, kind, payload, clients, self._routes(clients)[2])
         return self.context.channel.send(msgs, RoundContext(t, 1, clients))
 
     def aggregate_uploads(
@@ -138,7 +139,7 @@ class _Federated(Protocol):
         """The server's rule ``Σ_c p_c m_c`` over the delivered uploads (rows in client order), as
         wrapped by the defense."""
         weights = self.weights(clients)
-        sent = self._routes(clients)[1].edges
+        sent = self._routes(clients)[2]
 
         def weighted_mean(own: torch.Tensor, msgs: MessageBatch) -> torch.Tensor:
             rows = msgs.payload if msgs.edges is sent else msgs.payload[msgs.edges[:, 0]]

@@ -59,6 +59,7 @@ from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext
 from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
 from bench.registry_utils import require_choice
 from bench.simulation.hooks import HOOK_NAMES, RoundContext, overridden_hooks
+from bench.simulation.kernels import kernel, prox_step, quadratic_step
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:
@@ -236,17 +237,18 @@ class PDMM(Protocol):
         Inner gradient evaluation ``k`` of round ``t`` calls the gradient hooks with
         ``RoundContext(t, k)``."""
         rd = (self.rho * self.edges.degree)[:, None]
+        compiled = self.context.compile
         if self.solver == "gradient_step":
             g, loss = self._grad(w_prev, batch, RoundContext(t))
-            return w_prev - self.mu * (g + a + rd * w_prev), loss
+            return kernel(prox_step, compiled, a.numel())(w_prev, g, a, rd, self.mu), loss
         if self.solver == "quadratic":
             g, loss = self._grad(w_prev, batch, RoundContext(t))
-            return (self.mu * w_prev - g - a) / (self.mu + rd), loss
+            return kernel(quadratic_step, compiled, a.numel())(w_prev, g, a, rd, self.mu), loss
         if self.solver == "inexact":
             w = w_prev
             for k in range(self.k_max):
                 g, loss = self._grad(w, batch, RoundContext(t, k))
-                w = w - self.alpha * (g + a + rd * w)
+                w = kernel(prox_step, compiled, a.numel())(w, g, a, rd, self.alpha)
             return w, loss
         closed = self._least_squares(a, batch)
         if closed is not None:
@@ -342,10 +344,11 @@ class PDMM(Protocol):
         channel, hooks, pairs = self.context.channel, self.context.hooks, self.edges.pairs
         w, losses = self.local_solve(state["theta"], state["a"], batch, t)
         w = hooks.local_update(w, state["theta"], RoundContext(t))
-        payload = pairs.increments(w, state["dz"], self.rho, self.theta)
+        compiled = self.context.compile
+        payload = pairs.increments(w, state["dz"], self.rho, self.theta, compiled)
         msgs = MessageBatch(t, 1, "delta_z", payload, pairs.senders, pairs.deliveries)
         got = channel.send(msgs, RoundContext(t, 1))
-        pairs.integrate(state["dz"], state["a"], self._delivered(got, layout=pairs))
+        pairs.integrate(state["dz"], state["a"], self._delivered(got, layout=pairs), compiled)
         state["theta"] = w
         return {"loss": losses.mean()}
 

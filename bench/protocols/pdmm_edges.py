@@ -20,7 +20,8 @@ and when the receivers integrate what is *delivered* (``δ_f`` along ``i → j``
 instead of ``z`` (``2|E| × P``), and a round touches each of them a constant number of times.
 The iterates are those of the full form in exact arithmetic (``tests/test_pdmm_lean.py`` checks
 the two agree to 1e-10 in float64); ``a`` is accumulated rather than recomputed from ``z``, so in
-float32 the two forms differ by rounding that grows like ``√t``.
+float32 the two forms differ by the rounding of that accumulation (one rounding per round and
+edge; how it grows with ``t`` is not measured here).
 
 **Message layout.** The lean form sends the round's increments *pair-major*: payload rows
 ``[0, |E|)`` are the forward edges ``i → j`` (``i < j``) in pair order, rows ``[|E|, 2|E|)`` the
@@ -32,6 +33,8 @@ the attacks read it from there, not from the row order).
 from __future__ import annotations
 
 import torch
+
+from bench.simulation.kernels import integrate_pairs, kernel, pair_increments
 
 
 class EdgeStructure:
@@ -75,8 +78,6 @@ class PairLayout:
         self.bwd = e.rev.index_select(0, self.fwd)  # directed-edge index of j → i
         self.i, self.j = e.src.index_select(0, self.fwd), e.dst.index_select(0, self.fwd)
         self.n_pairs = int(self.fwd.shape[0])
-        #: directed-edge index of payload row r (forward edges, then their reverses)
-        self.edge_of_row = torch.cat([self.fwd, self.bwd])
         self.senders = torch.cat([self.i, self.j])
         rows = torch.arange(2 * self.n_pairs, device=self.i.device)
         self.deliveries = torch.stack([rows, torch.cat([self.j, self.i])], 1)
@@ -85,26 +86,24 @@ class PairLayout:
         """``(D, a)`` of a full ``z [2|E|, P]``: ``D_ij = z_{i|j} − z_{j|i}``, ``a = Σ_j B_{i|j} z_{i|j}``."""
         return z.index_select(0, self.fwd) - z.index_select(0, self.bwd), e.bz(z)
 
-    def increments(self, w: torch.Tensor, d: torch.Tensor, rho: float, theta: float) -> torch.Tensor:
+    def increments(
+        self, w: torch.Tensor, d: torch.Tensor, rho: float, theta: float, compiled: bool = False
+    ) -> torch.Tensor:
         """The round's increments ``[2|E|, P]`` in pair-major order: ``+θ (D + 2ρ w_i)`` along
-        ``i → j``, then ``−θ (D + 2ρ w_j)`` along ``j → i``. Each half is written by one gather
-        of pre-scaled node rows and one in-place add of ``D`` (no temporary of the output's size).
+        ``i → j``, then ``−θ (D + 2ρ w_j)`` along ``j → i``
+        (:func:`~bench.simulation.kernels.pair_increments`).
 
         Column blocking (to keep each block's gather and add in cache) was measured slower on
         2 cores: 47 ms against 39 ms for the 50-node MLP, as the strided gathers lose more than
         the cache gains (``benchmarks/bandwidth.py`` prints this round's traffic)."""
-        out = torch.empty(2, self.n_pairs, d.shape[1], dtype=d.dtype, device=d.device)
-        scale = 2.0 * rho * theta
-        torch.index_select(w * scale, 0, self.i, out=out[0])
-        out[0].add_(d, alpha=theta)
-        torch.index_select(w * -scale, 0, self.j, out=out[1])
-        out[1].sub_(d, alpha=theta)
-        return out.view(2 * self.n_pairs, d.shape[1])
+        return kernel(pair_increments, compiled, d.numel())(w, d, self.i, self.j, rho, theta)
 
-    def integrate(self, d: torch.Tensor, a: torch.Tensor, delivered: torch.Tensor) -> None:
+    def integrate(
+        self, d: torch.Tensor, a: torch.Tensor, delivered: torch.Tensor, compiled: bool = False
+    ) -> None:
         """The receivers' integration of the delivered increments ``[2|E|, P]`` (pair-major), in
         place: ``D += δ_b − δ_f``, ``a_j −= δ_f``, ``a_i += δ_b``."""
+        kernel(integrate_pairs, compiled, d.numel())(d, delivered)
         halves = delivered.view(2, self.n_pairs, delivered.shape[1])
-        d.add_(halves[1]).sub_(halves[0])
         a.index_add_(0, self.j, halves[0], alpha=-1.0)
         a.index_add_(0, self.i, halves[1])

@@ -137,6 +137,12 @@ class SimulationConfig(BaseModel):
     rounds_per_step: int = Field(
         1, gt=0, description="Rounds per Lightning training step (more amortize the loop's overhead)."
     )
+    compile: bool = Field(
+        False,
+        description="Run the protocol's fused round kernels compiled by `torch.compile` (PDMM's "
+        "primal step, increments and integration): faster rounds after a one-off compilation of "
+        "5-20 s per kernel, so for long runs; the same numbers to float tolerance.",
+    )
 
     @field_validator(*(f"{group}_params" for group in ENGINE_PARAMS))
     @classmethod

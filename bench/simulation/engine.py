@@ -175,6 +175,7 @@ class Simulation:
             node_data=self.node_data,
             edges=self.edges,
             mixer=self.mixer,
+            compile=cfg.compile,
         )
         self.protocol.bind(self.protocol_context)
         self.hooks.bind(self.run_info())

@@ -156,13 +156,7 @@ def stacked_node_grads(
     are copied once into shape and once more by the concatenation into ``[N, P]``."""
     layers, losses = _errors(model, loss_fn, theta, x, y, mask, loss_grad)
     inv_n = 1.0 / mask.sum(1).clamp_min(1).to(theta.dtype)[:, None, None]
-    out = torch.empty(theta.shape[0], model.n_params, dtype=theta.dtype, device=theta.device)
-    for name, a, delta in layers:
-        wd = delta * inv_n
-        torch.bmm(wd.transpose(1, 2), a, out=_slice(model, out, f"{name}.weight"))
-        if (bias := _slice(model, out, f"{name}.bias")) is not None:
-            torch.sum(wd, dim=1, out=bias)
-    return out, losses
+    return _weighted_sums(model, layers, inv_n, theta), losses
 
 
 def stacked_weighted_sum(
@@ -183,10 +177,18 @@ def stacked_weighted_sum(
         has_bias = _slice(model, theta, f"{name}.bias") is not None
         sq = sq + delta.pow(2).sum(-1) * (a.pow(2).sum(-1) + float(has_bias))
     w = weigh(sq.sqrt()).to(theta.dtype)
+    return _weighted_sums(model, layers, w.unsqueeze(-1), theta), losses
+
+
+def _weighted_sums(
+    model: FlatModel, layers: list[Layer], w: torch.Tensor, theta: torch.Tensor
+) -> torch.Tensor:
+    """``Σ_j w_j g_j`` ``[N, P]`` from the layers' inputs and errors, ``w`` broadcastable to
+    ``[N, B, 1]``: per Linear layer ``((w ⊙ δ)ᵀ a, Σ_j w_j δ_j)``, written into its slots."""
     out = torch.empty(theta.shape[0], model.n_params, dtype=theta.dtype, device=theta.device)
     for name, a, delta in layers:
-        wd = delta * w.unsqueeze(-1)
+        wd = delta * w
         torch.bmm(wd.transpose(1, 2), a, out=_slice(model, out, f"{name}.weight"))
         if (bias := _slice(model, out, f"{name}.bias")) is not None:
             torch.sum(wd, dim=1, out=bias)
-    return out, losses
+    return out
