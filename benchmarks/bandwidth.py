@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import bench.data  # noqa: F401  (registers the built-in datasets)
+from bench.results.provenance import cpu_model
 from bench.simulation.engine import Simulation
 from benchmarks import engine as engine_bench
 from benchmarks import pdmm as pdmm_bench
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     op_us = small_op_us(args.repeats)
     gflops = matmul_gflops(args.repeats)
     print(
-        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"machine: {cpu_model()}, torch {torch.__version__}, "
         f"{args.threads} intra-op thread(s)\n"
         f"STREAM-like ({mib} MiB float64 arrays): copy {bw['copy']:.1f} GB/s, triad {bw['triad']:.1f} GB/s; "
         f"float32 matmul {gflops:.0f} GFLOP/s; one tiny op {op_us:.2f} us\n",

@@ -67,6 +67,7 @@ from torch import nn
 import bench.data  # noqa: F401  (registers the built-in datasets before ours)
 from bench.data.stacked import NodeBatch
 from bench.models import build_model
+from bench.results.provenance import cpu_model
 from bench.simulation.engine import Simulation
 from bench.simulation.lightning import quiet_lightning, run_simulation
 
@@ -344,17 +345,6 @@ def max_difference(config: dict[str, Any], rounds: int) -> float:
 
 
 # ------------------------------------------------------------------------------------ report
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def machine(device: torch.device) -> str:
     import pytorch_lightning as pl
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import time
 from collections import defaultdict
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 import torch
 
 from bench.catalog import Catalog, bench_root
+from bench.results.provenance import cpu_model
 from bench.runner import isolation, job
 from bench.runner.grid import expand_grid, plan_jobs
 from bench.runner.truth import RunDataCache
@@ -94,7 +94,7 @@ def main() -> None:
         validate_task(task)
     jobs, _ = plan_jobs(specs, root)
     print(
-        f"{len(jobs)} jobs, each run isolated and in-process; {platform.processor() or platform.machine()}, "
+        f"{len(jobs)} jobs, each run isolated and in-process; {cpu_model()}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
     start = time.perf_counter()

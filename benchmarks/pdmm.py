@@ -74,6 +74,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import bench.data  # noqa: F401  (registers the built-in datasets before ours)
 from bench.models import build_model
+from bench.results.provenance import cpu_model
 from bench.simulation.engine import Simulation
 from bench.simulation.lightning import quiet_lightning, run_simulation
 
@@ -321,17 +322,6 @@ def profile_engine(config: dict[str, Any], rounds: int = 200, rows: int = 12) ->
 
 
 # ------------------------------------------------------------------------------------ report
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def machine(device: torch.device, threads: int) -> str:
     import pytorch_lightning as pl
 

@@ -31,7 +31,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ from pathlib import Path
 import torch
 
 from bench.defenses_api import build_defense
+from bench.results.provenance import cpu_model
 from bench.secagg import SecureAggregator, check_sum_range, decode, encode
 from bench.simulation import Simulation
 
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     n, p = (20, 20_000) if args.quick else (100, 100_000)
     print(
-        f"secure aggregation cost — {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"secure aggregation cost — {cpu_model()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} thread(s)"
     )
     throughput(n, p, 32, 2.0**16, 0.0, args.repeats)

@@ -68,8 +68,8 @@ def test_mixer_sparse_dense_and_per_edge_layouts_agree(name, n, mixing):
     W = torch.from_numpy(topo.mixing)
     edges = torch.from_numpy(topo.directed_edges())
     x = torch.randn(n, 11, dtype=torch.float64)
-    gather = GossipMixer(W, sparse_below=2.0, block=4)  # width 11 ≥ block: gather (embedding_bag) kernel
-    csr = GossipMixer(W, sparse_below=2.0, block=64)  # width 11 < block: CSR kernel
+    gather = GossipMixer(W, sparse_below=2.0, gather_from=4)  # width 11 ≥ 4: gather (embedding_bag) kernel
+    csr = GossipMixer(W, sparse_below=2.0, gather_from=64)  # width 11 < 64: CSR kernel
     dense = GossipMixer(W, sparse_below=0.0)
     assert gather.sparse and csr.sparse and not dense.sparse
     msgs = MessageBatch.broadcast(0, 0, "model", x, edges)

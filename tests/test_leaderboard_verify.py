@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.leaderboard import files
 from bench.leaderboard.convert import tracks_of
 from bench.leaderboard.entry import Entry
-from bench.leaderboard.files import entry_text, jobs_of
-from bench.leaderboard.verify import chosen_jobs, compare_jobs
+from bench.leaderboard.files import entry_text, jobs_of, load_entry
+from bench.leaderboard.verify import chosen_jobs, compare_jobs, same_hardware, same_jobs, same_results
 
 TASKS = ("gaussians_logreg_fedsgd", "digits_mlp_fedsgd")
 
@@ -151,3 +152,57 @@ def test_export_of_a_rerun_changes_no_file(entry_file: Path, tmp_path: Path) -> 
         assert out.returncode == 0 and expect in out.stdout, out.stdout + out.stderr
     assert copy.read_bytes() == entry_file.read_bytes()
     assert len(list((entries / "quick").glob("*.json"))) == 2
+
+
+def rerun(entry: Entry, cpu: str | None = None, shift: float = 0.0) -> list:
+    """``entry``'s jobs as a re-run would store them (the same job keys: the same code) on the
+    entry's machine, or on one with CPU ``cpu``; the first job's utility moved by ``shift``."""
+    hw = entry.hardware
+    results = jobs_of(entry)
+    for r in results:
+        r.provenance.update(
+            {"cpu": cpu or hw["cpu"], "isa": hw["isa"], "torch_build": hw["torch"], "device": "cpu"}
+        )
+        r.provenance.update(
+            {"code": {"defense": entry.defense.source_hash}, "spec_hash": entry.suite.spec_hashes[r.task]}
+        )
+    results[0].utility = (results[0].utility or 0.0) + shift
+    return results
+
+
+def test_a_rerun_on_another_kind_of_machine_keeps_the_entry(entry_file: Path, tmp_path: Path) -> None:
+    """Export over an entry of the same jobs: numbers that differ on the machine that made the
+    entry rewrite it (they should have reproduced); the same difference from another CPU type
+    does not (rounding differs there); a change of job keys (code) always does."""
+    entries = tmp_path / "entries"
+    path = entries / "quick" / entry_file.name
+    path.parent.mkdir(parents=True)
+    path.write_bytes(entry_file.read_bytes())
+    shutil.copytree(entry_file.parent / "images", path.parent / "images")
+    entry = load_entry(entry_file)
+    assert {"cpu", "isa", "torch"} <= set(entry.hardware)  # recorded by the run
+    tasks = sorted({j.task for j in entry.jobs})
+    descriptions = {entry.defense.name: entry.defense.description}
+
+    def export(results: list) -> list[Path]:
+        return files.export(results, entry.suite.name, tasks, entries, descriptions)
+
+    assert export(rerun(entry)) == []  # reproduced: left as it is
+    assert export(rerun(entry, "Another CPU", shift=0.25)) == []  # rounding elsewhere: left
+    assert path.read_bytes() == entry_file.read_bytes()
+    assert len(export(rerun(entry, shift=0.25))) == 1  # not reproduced where it was made: rewritten
+    changed = rerun(entry, "Another CPU")
+    changed[0].key = "0" * len(changed[0].key)
+    assert len(export(changed)) == 1  # other code: rewritten wherever it ran
+    assert load_entry(path).hardware["cpu"] == "Another CPU"
+
+
+def test_hardware_is_compared_on_the_fields_both_entries_record(entry_file: Path) -> None:
+    entry = load_entry(entry_file)
+    known = {"device": "cpu", "cpu": "A", "isa": "AVX2", "torch": "2.14.1"}
+    mine = entry.model_copy(update={"hardware": known})
+    for field, value in (("cpu", "B"), ("isa", "AVX512"), ("torch", "2.13.0")):
+        other = mine.model_copy(update={"hardware": {**mine.hardware, field: value}})
+        assert not same_hardware(mine, other) and same_jobs(mine, other)
+    legacy = mine.model_copy(update={"hardware": {"device": "cpu", "machine": "x86_64"}})
+    assert same_hardware(legacy, mine) and same_results(legacy, mine)  # nothing to tell them apart

@@ -179,3 +179,50 @@ def test_without_closed_forms_the_errors_come_from_autograd():
             atol=1e-12,
         )
     assert NodeObjective(flat, lambda out, target: out.sum(-1), "stacked").loss_grad is None
+
+
+@pytest.mark.parametrize(("model", "params", "shape", "classes", "loss"), CASES)
+def test_descent_folds_the_sgd_step_into_the_gradient_products(model, params, shape, classes, loss):
+    """``descend`` = ``θ − η ∇L`` of ``node_grads`` on both paths; a node with no sample stays."""
+    stacked, vmapped = objectives(model, params, shape, classes, loss)
+    x, y, mask = data(shape, classes)
+    mask[2] = False
+    theta = torch.randn(
+        3, stacked.model.n_params, generator=torch.Generator().manual_seed(2), dtype=torch.float64
+    )
+    g, losses = stacked.node_grads(theta, x, y, mask)
+    assert float(g[:2].abs().sum()) > 0
+    for objective in (stacked, vmapped):
+        new, l2 = objective.descend(theta, x, y, mask, 0.3)
+        torch.testing.assert_close(new, theta - 0.3 * g, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(l2, losses, rtol=1e-12, atol=1e-14)
+        assert torch.equal(new[2], theta[2])
+
+
+class IdentityGradients(DefenseHooks):
+    """Overrides ``local_gradients`` with the identity: the engine takes the unfused path."""
+
+    def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+        return grads
+
+
+@pytest.mark.parametrize("protocol", ["dpsgd", "fedavg"])
+def test_a_fused_local_step_gives_the_run_of_the_hooked_one(protocol):
+    """Undefended local SGD (one ``descend`` per step) and the defense contract's path (g formed,
+    passed to a hook, then the axpy) give the same states in float64."""
+    cfg = {
+        "dataset": "digits",
+        "model": "mlp",
+        "model_params": {"hidden": [8]},
+        "nodes": 4,
+        "protocol": protocol,
+        "protocol_params": {"lr": 0.5, "batch_size": 3, "local_steps": 2},
+        "rounds": 3,
+        "dtype": "float64",
+        **({"topology": "ring"} if protocol == "dpsgd" else {}),
+    }
+    fused, hooked = Simulation(cfg), Simulation(cfg, hooks=IdentityGradients())
+    for sim in (fused, hooked):
+        sim.run(3)
+    torch.testing.assert_close(fused.theta, hooked.theta, rtol=1e-10, atol=1e-12)
+    assert not torch.equal(fused.theta, Simulation(cfg).theta)  # it trained

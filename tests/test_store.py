@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from sqlalchemy import create_engine, func, select, text
 
 from bench.errors import BenchInputError
+from bench.leaderboard.files import hardware_of
 from bench.results import provenance as prov
 from bench.results.record import AttackOutcome, JobResult
 from bench.results.store import AttackRow, JobRow, ResultStore
@@ -281,6 +283,23 @@ def test_provenance_fields(monkeypatch: pytest.MonkeyPatch) -> None:
     assert p["packages"]["numpy"] is not None
     assert p["timestamp"].endswith("+00:00")
     assert p["platform"]
+    # the hardware an entry shows: CPU model, logical CPUs, intra-op threads, the torch build
+    assert p["cpu"] and p["cpus"] == (os.cpu_count() or 0) and p["threads"] == torch.get_num_threads()
+    assert p["torch_build"] == torch.__version__
+    assert p["isa"] == torch.backends.cpu.get_cpu_capability()
+    shown = hardware_of(p)
+    assert shown == {
+        "device": "cpu",
+        "machine": p["machine"],
+        "cpu": p["cpu"],
+        "cpus": str(p["cpus"]),
+        "threads": str(p["threads"]),
+        "isa": p["isa"],
+        "torch": torch.__version__,
+    }
+    # a result stored before these fields existed shows what it has, nothing invented
+    old = {k: v for k, v in p.items() if k not in ("cpu", "cpus", "threads", "isa", "torch_build")}
+    assert set(hardware_of(old)) == {"device", "machine"}
 
 
 def test_git_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

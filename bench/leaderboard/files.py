@@ -48,6 +48,27 @@ def entry_text(entry: Entry) -> str:
     return json.dumps(entry.model_dump(mode="json"), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
+#: ``entry.hardware`` key ← job provenance key (:func:`bench.results.provenance.provenance`)
+HARDWARE_FIELDS: dict[str, str] = {
+    "device": "device",
+    "machine": "machine",
+    "cpu": "cpu",
+    "cpus": "cpus",
+    "threads": "threads",
+    "isa": "isa",
+    "torch": "torch_build",
+}
+
+
+def hardware_of(provenance: dict) -> dict[str, str]:
+    """What ran a job, as an entry shows it: device, architecture, CPU model, logical CPUs,
+    intra-op threads, the vector instruction set of the CPU kernels and the torch build. Results
+    stored before a field was recorded lack it; it is left out rather than guessed (the
+    architecture falls back to this machine's, as before)."""
+    known = {**provenance, "machine": provenance.get("machine", platform.machine())}
+    return {k: str(known[src]) for k, src in HARDWARE_FIELDS.items() if known.get(src) not in (None, "")}
+
+
 def build_entries(
     results: list[JobResult], suite: str, tasks: list[str], descriptions: dict[str, str]
 ) -> list[Entry]:
@@ -78,10 +99,7 @@ def build_entries(
                     commit=str(first.provenance.get("commit", "")),
                     dirty=bool(first.provenance.get("dirty", False)),
                 ),
-                hardware={
-                    "device": str(first.provenance.get("device", "")),
-                    "machine": str(first.provenance.get("machine", platform.machine())),
-                },
+                hardware=hardware_of(first.provenance),
                 date=max(str(r.provenance.get("timestamp", "")) for r in jobs)[:10],
                 runtime_s=float(sum(r.runtime_s for r in jobs)),
                 tracks=tracks_of(jobs),
@@ -104,16 +122,20 @@ def export(
     An existing entry whose results the new one reproduces (:func:`~bench.leaderboard.verify.
     same_results`: the same jobs, every number within the verify tolerance) is left as it is, so
     re-running the suite and exporting again changes no file and no page (only the run's date,
-    runtimes and commit would differ)."""
+    runtimes and commit would differ). So is one of the same jobs (job keys: the same code,
+    specs and seeds) computed on another kind of machine (:func:`~bench.leaderboard.verify.
+    same_hardware`), whose numbers differ by rounding alone: a re-run elsewhere does not replace
+    them; a change of code does."""
     from bench.leaderboard.gallery import collect
-    from bench.leaderboard.verify import same_results
+    from bench.leaderboard.verify import same_hardware, same_jobs, same_results
 
     paths = []
     for entry in build_entries(results, suite, tasks, descriptions):
         path = folder / suite / f"{defense_id(entry.defense.label)}.json"
         if path.is_file():
             try:
-                if same_results(load_entry(path), entry):
+                old = load_entry(path)
+                if same_jobs(old, entry) and (not same_hardware(old, entry) or same_results(old, entry)):
                     continue  # and its images stay as they are
             except BenchInputError:
                 pass  # an unreadable or invalid file is replaced

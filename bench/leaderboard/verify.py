@@ -42,7 +42,17 @@ from bench.leaderboard.entry import Entry, JobSummary
 if TYPE_CHECKING:
     from bench.runner.job import Job
 
-__all__ = ["DEFAULT_TOLERANCE", "VerifyReport", "chosen_jobs", "compare_jobs", "same_results", "verify_entry"]
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "NUMERIC_HARDWARE",
+    "VerifyReport",
+    "chosen_jobs",
+    "compare_jobs",
+    "same_hardware",
+    "same_jobs",
+    "same_results",
+    "verify_entry",
+]
 
 
 @dataclass
@@ -117,16 +127,45 @@ def compare_jobs(stated: JobSummary, again: JobSummary, tolerance: float = DEFAU
     return out
 
 
+#: the ``entry.hardware`` fields that decide a job's rounding: the CPU model, the vector instruction
+#: set of PyTorch's CPU kernels and the torch build (MKL and PyTorch pick their kernels by these)
+NUMERIC_HARDWARE = ("cpu", "isa", "torch")
+
+
+def same_hardware(old: Entry, new: Entry) -> bool:
+    """Whether two entries' jobs ran on the same kind of machine: equal in every field of
+    :data:`NUMERIC_HARDWARE` that both record (an entry from before a field was recorded is not
+    told apart by it).
+
+    Entries reproduce to :data:`DEFAULT_TOLERANCE` only there. Across CPU types the same code
+    rounds differently (other kernels, other summation orders), and training and the iterative
+    attacks amplify it: the quick suite re-run with unchanged code on an Intel AVX-512 machine
+    differed beyond the tolerance from the entries an AMD EPYC machine had exported on 9 of its
+    13 tasks (a track's mean leakage by up to 0.12), as much with PyTorch's, MKL's and oneDNN's
+    kernels held to AVX2; the tasks of closed-form and linear-algebra attacks agreed."""
+    return all(
+        old.hardware.get(k) == new.hardware.get(k)
+        for k in NUMERIC_HARDWARE
+        if k in old.hardware and k in new.hardware
+    )
+
+
 def same_results(old: Entry, new: Entry, tolerance: float = DEFAULT_TOLERANCE) -> bool:
     """``new`` reproduces ``old``: the same defense, suite and jobs (keys), every job's numbers
     within ``tolerance`` (:func:`compare_jobs`), the same description and paper link. What a
     re-run changes anyway — dates, runtimes, the commit, the hardware — is not compared."""
-    if (old.defense, old.suite) != (new.defense, new.suite):
+    if not same_jobs(old, new):
         return False
     mine = {j.key: j for j in new.jobs}
-    if set(mine) != {j.key for j in old.jobs}:
-        return False
     return not any(compare_jobs(j, mine[j.key], tolerance) for j in old.jobs)
+
+
+def same_jobs(old: Entry, new: Entry) -> bool:
+    """The same defense and suite, and the same job keys: the same task specs, seeds, defense
+    source, attack code and engine (:mod:`bench.results.code_digest`)."""
+    return (old.defense, old.suite) == (new.defense, new.suite) and {j.key for j in new.jobs} == {
+        j.key for j in old.jobs
+    }
 
 
 def verify_entry(

@@ -20,7 +20,7 @@ import torch
 
 from bench.errors import require, require_number, require_positive_int
 from bench.registry import Registry
-from bench.simulation.hooks import DefenseHooks, RoundContext
+from bench.simulation.hooks import DefenseHooks, RoundContext, overridden_hooks
 
 if TYPE_CHECKING:
     from bench.data.stacked import NodeBatch, NodeData
@@ -183,13 +183,23 @@ class Protocol(ABC):
         ``θ ← θ − η (μ m + g)`` with heavy-ball momentum ``m ← μ m + g`` kept in
         ``state["momentum"]`` (PyTorch's SGD convention); a step whose minibatch is fully
         masked is skipped. Returns the updated parameters and the mean loss of the first step.
+
+        Without momentum and with no defense hook on the gradients, ``g`` is seen by nobody, and
+        each step is :meth:`~bench.simulation.objective.NodeObjective.descend` (the step folded
+        into the gradient's products; a fully masked node has ``g = 0`` and does not move).
         """
         x, y, mask = batch.x, batch.y, batch.mask
         if nodes is not None:
             x, y, mask = x[nodes], y[nodes], mask[nodes]
+        hooks = self.context.hooks
+        fused = not momentum and not hooks.per_sample and "local_gradients" not in overridden_hooks(hooks)
         start = theta
         first_loss = None
         for s in range(x.shape[1]):
+            if fused:
+                theta, losses = self.context.objective.descend(theta, x[:, s], y[:, s], mask[:, s], lr)
+                first_loss = losses.mean() if first_loss is None else first_loss
+                continue
             grads, losses = self.gradients(theta, x[:, s], y[:, s], mask[:, s], RoundContext(t, s, nodes))
             # a node whose minibatch of this step is empty does not move
             active = mask[:, s].any(dim=1, keepdim=True).to(theta.dtype)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from datetime import datetime, timezone
@@ -16,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGES", "git_state", "package_versions", "provenance", "spec_hash"]
+__all__ = ["PACKAGES", "cpu_model", "git_state", "package_versions", "provenance", "spec_hash"]
 
 #: Distributions whose versions are recorded (``python`` is the interpreter).
 PACKAGES: tuple[str, ...] = ("bench", "torch", "pytorch_lightning", "torchmetrics", "numpy", "opacus")
@@ -109,6 +110,19 @@ def package_versions() -> dict[str, str | None]:
     return versions
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s ``model name`` on Linux, else what
+    :func:`platform.processor` knows, else the architecture)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def provenance(spec_hash: str, seed: int, device: str) -> dict[str, Any]:
     """Everything needed to trace a result back to the code and machine that produced it.
 
@@ -125,8 +139,14 @@ def provenance(spec_hash: str, seed: int, device: str) -> dict[str, Any]:
     -------
     dict
         JSON-able: ``commit``, ``dirty``, ``packages`` (name → version), ``platform``,
-        ``machine``, ``spec_hash``, ``seed``, ``device`` and ``timestamp`` (UTC, ISO 8601).
+        ``machine`` (architecture), ``cpu`` (model name), ``cpus`` (logical CPUs), ``threads``
+        (PyTorch's intra-op threads), ``isa`` (the vector instruction set of PyTorch's CPU
+        kernels on this CPU), ``torch_build`` (``torch.__version__`` with
+        its local build tag, e.g. ``+cpu``/``+cu130``), ``spec_hash``, ``seed``, ``device`` and
+        ``timestamp`` (UTC, ISO 8601).
     """
+    import torch
+
     git = git_state()
     return {
         "commit": git["commit"],
@@ -134,6 +154,11 @@ def provenance(spec_hash: str, seed: int, device: str) -> dict[str, Any]:
         "packages": package_versions(),
         "platform": platform.platform(),
         "machine": platform.machine(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count() or 0,
+        "threads": torch.get_num_threads(),
+        "isa": torch.backends.cpu.get_cpu_capability(),
+        "torch_build": torch.__version__,
         "spec_hash": spec_hash,
         "seed": int(seed),
         "device": str(device),

@@ -11,7 +11,8 @@ pre-activations (sample ``j`` of node ``v`` influences only its own row). Then
 * :func:`stacked_sample_grads` writes the outer products straight into their slots of one
   ``[N, B, P]`` tensor (``vmap(vmap(grad(·)))`` materializes one tensor per parameter and a
   concatenation: twice the memory traffic);
-* :func:`stacked_node_grads` sums them per node in the same pass (the masked mean's gradient);
+* :func:`stacked_node_grads` sums them per node in the same pass (the masked mean's gradient), or
+  adds ``−η`` times that sum to ``θ`` in the same pass (one SGD step);
 * :func:`stacked_weighted_sum` never forms them: ``‖g_j‖² = Σ_l ‖δ_lj‖² (‖a_lj‖² + 1_bias)``
   and ``Σ_j w_j g_j = ((w ⊙ δ)ᵀ a, Σ_j w_j δ_j)`` per layer — the per-example norm trick of
   Goodfellow (2015, "Efficient per-example gradient computations") that Opacus's fast gradient
@@ -148,15 +149,26 @@ def stacked_node_grads(
     y: torch.Tensor,
     mask: torch.Tensor,
     loss_grad: LossGrad | None = None,
+    step: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-node gradients ``∇L_v = Σ_j (m_vj / n_v) g_vj`` ``[N, P]`` of the masked mean loss
     and the per-node mean losses: per Linear layer ``((δ / n_v)ᵀ a, Σ_j δ_j / n_v)``, one batched
     product written straight into the layer's slot of the output. Autograd with respect to the
     stacked weights computes the same products, but returns them transposed per layer, so they
-    are copied once into shape and once more by the concatenation into ``[N, P]``."""
+    are copied once into shape and once more by the concatenation into ``[N, P]``.
+
+    With ``step`` ``η``: one SGD step ``θ_v − η ∇L_v(θ_v)`` instead, ``g`` never formed. Each
+    weight slot is ``θ_W − η (δ / n_v)ᵀ a``, one ``baddbmm`` (the GEMM's own
+    ``C ← α A B + β C``, α = −η) that reads ``θ``'s slot and writes the new one; each bias
+    ``θ_b − η Σ_j δ_j / n_v``. Forming ``g`` and then ``θ − η g`` writes ``g`` (one ``[N, P]``
+    pass) and reads it back with ``θ``. Same numbers up to the order of rounding
+    (``tests/test_per_sample.py``, float64); a node whose minibatch is fully masked has ``δ = 0``
+    and stays where it is."""
     layers, losses = _errors(model, loss_fn, theta, x, y, mask, loss_grad)
     inv_n = 1.0 / mask.sum(1).clamp_min(1).to(theta.dtype)[:, None, None]
-    return _weighted_sums(model, layers, inv_n, theta), losses
+    if step is None:
+        return _weighted_sums(model, layers, inv_n, theta), losses
+    return _weighted_sums(model, layers, inv_n, theta, base=theta, alpha=-step), losses
 
 
 def stacked_weighted_sum(
@@ -181,14 +193,28 @@ def stacked_weighted_sum(
 
 
 def _weighted_sums(
-    model: FlatModel, layers: list[Layer], w: torch.Tensor, theta: torch.Tensor
+    model: FlatModel,
+    layers: list[Layer],
+    w: torch.Tensor,
+    theta: torch.Tensor,
+    base: torch.Tensor | None = None,
+    alpha: float = 1.0,
 ) -> torch.Tensor:
     """``Σ_j w_j g_j`` ``[N, P]`` from the layers' inputs and errors, ``w`` broadcastable to
-    ``[N, B, 1]``: per Linear layer ``((w ⊙ δ)ᵀ a, Σ_j w_j δ_j)``, written into its slots."""
+    ``[N, B, 1]``: per Linear layer ``((w ⊙ δ)ᵀ a, Σ_j w_j δ_j)``, written into its slots; with
+    ``base``, ``base + α Σ_j w_j g_j`` in the same products (every parameter of a stackable
+    model is a Linear layer's, so every slot is written)."""
     out = torch.empty(theta.shape[0], model.n_params, dtype=theta.dtype, device=theta.device)
     for name, a, delta in layers:
         wd = delta * w
-        torch.bmm(wd.transpose(1, 2), a, out=_slice(model, out, f"{name}.weight"))
-        if (bias := _slice(model, out, f"{name}.bias")) is not None:
-            torch.sum(wd, dim=1, out=bias)
+        weight = _slice(model, out, f"{name}.weight")
+        bias = _slice(model, out, f"{name}.bias")
+        if base is None:
+            torch.bmm(wd.transpose(1, 2), a, out=weight)
+            if bias is not None:
+                torch.sum(wd, dim=1, out=bias)
+            continue
+        torch.baddbmm(_slice(model, base, f"{name}.weight"), wd.transpose(1, 2), a, alpha=alpha, out=weight)
+        if bias is not None:
+            torch.add(_slice(model, base, f"{name}.bias"), wd.sum(1), alpha=alpha, out=bias)
     return out
