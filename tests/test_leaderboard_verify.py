@@ -161,10 +161,12 @@ def rerun(entry: Entry, cpu: str | None = None, shift: float = 0.0) -> list:
     results = jobs_of(entry)
     for r in results:
         r.provenance.update(
-            {"cpu": cpu or hw["cpu"], "isa": hw["isa"], "torch_build": hw["torch"], "device": "cpu"}
-        )
-        r.provenance.update(
-            {"code": {"defense": entry.defense.source_hash}, "spec_hash": entry.suite.spec_hashes[r.task]}
+            cpu=cpu or hw["cpu"],
+            isa=hw["isa"],
+            torch_build=hw["torch"],
+            device="cpu",
+            code={"defense": entry.defense.source_hash},
+            spec_hash=entry.suite.spec_hashes[r.task],
         )
     results[0].utility = (results[0].utility or 0.0) + shift
     return results
