@@ -101,6 +101,22 @@ def test_minibatches_do_not_depend_on_the_number_of_nodes():
     assert not torch.equal(c.x, small.round_batch(seed=11, round_=0, batch_size=5).x)
 
 
+@pytest.mark.parametrize(
+    "plan", [{"batch_size": 5, "local_steps": 2}, {"batch_size": 4, "local_epochs": 2}, {"batch_size": None}]
+)
+def test_the_batches_of_several_rounds_are_their_batches_stacked(plan):
+    """``round_`` as a tensor of ``k`` rounds (the data module's ``rounds_per_step``) draws the
+    same batches as ``k`` calls, in one pass."""
+    data = _node_data(5)
+    rounds = torch.tensor([3, 4, 9])
+    many = data.round_batch(seed=7, round_=rounds, **plan)
+    assert many.x.shape[0] == 3
+    for i, t in enumerate(rounds.tolist()):
+        one = data.round_batch(seed=7, round_=t, **plan)
+        for a, b in ((many.x[i], one.x), (many.y[i], one.y), (many.mask[i], one.mask)):
+            assert torch.equal(a, b)
+
+
 def test_minibatches_are_drawn_without_replacement_from_own_data():
     data = _node_data(5)
     batch = data.round_batch(seed=0, round_=3, batch_size=4, local_steps=3)

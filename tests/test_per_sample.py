@@ -93,20 +93,24 @@ class Clipping(DefenseHooks):
         return total / mask.sum(1, keepdim=True).clamp_min(1)
 
 
+#: D-PSGD of a small MLP on a 4-node ring, in float64
+RING_DPSGD = {
+    "dataset": "digits",
+    "model": "mlp",
+    "model_params": {"hidden": [8]},
+    "nodes": 4,
+    "topology": "ring",
+    "protocol": "dpsgd",
+    "protocol_params": {"lr": 0.5, "batch_size": 3},
+    "rounds": 3,
+    "dtype": "float64",
+}
+
+
 def test_a_weighted_defense_gets_the_same_run_on_both_paths():
     """D-PSGD with an MLP: the engine's path that never forms g (stacked) and the one that does
     and calls ``per_sample_gradients`` (vmap) give the same states."""
-    cfg = {
-        "dataset": "digits",
-        "model": "mlp",
-        "model_params": {"hidden": [8]},
-        "nodes": 4,
-        "topology": "ring",
-        "protocol": "dpsgd",
-        "protocol_params": {"lr": 0.5, "batch_size": 3},
-        "rounds": 3,
-        "dtype": "float64",
-    }
+    cfg = RING_DPSGD
     runs = [Simulation({**cfg, "vectorize": v}, hooks=Clipping()) for v in ("stacked", "vmap")]
     for sim in runs:
         sim.run(3)
@@ -197,6 +201,11 @@ def test_descent_folds_the_sgd_step_into_the_gradient_products(model, params, sh
         torch.testing.assert_close(new, theta - 0.3 * g, rtol=1e-12, atol=1e-14)
         torch.testing.assert_close(l2, losses, rtol=1e-12, atol=1e-14)
         assert torch.equal(new[2], theta[2])
+        own = theta.clone()
+        same, l3 = objective.descend(own, x, y, mask, 0.3, in_place=True)
+        assert same is own or same.data_ptr() == own.data_ptr()  # written over θ
+        torch.testing.assert_close(own, new, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(l3, losses, rtol=1e-12, atol=1e-14)
 
 
 class IdentityGradients(DefenseHooks):
@@ -226,3 +235,34 @@ def test_a_fused_local_step_gives_the_run_of_the_hooked_one(protocol):
         sim.run(3)
     torch.testing.assert_close(fused.theta, hooked.theta, rtol=1e-10, atol=1e-12)
     assert not torch.equal(fused.theta, Simulation(cfg).theta)  # it trained
+
+
+class ShrinkUpdate(DefenseHooks):
+    """Overrides ``local_update``: it reads the round's start, so that must survive the steps."""
+
+    def local_update(self, theta: torch.Tensor, start: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+        return start + 0.5 * (theta - start)
+
+
+def test_dpsgd_steps_over_its_own_state_unless_a_hook_needs_the_start():
+    """D-PSGD owns ``state["theta"]`` (replaced by the gossip's output each round): the undefended
+    step overwrites it in place, with the numbers of the step into a new tensor; a defense that
+    reads the start (``local_update``) gets an untouched one."""
+    cfg = RING_DPSGD
+    sim, hooked = Simulation(cfg), Simulation(cfg, hooks=IdentityGradients())
+    for t in range(3):
+        before, kept = sim.theta, sim.theta.clone()
+        batch = sim.batch(t)
+        sim.run_round(batch)
+        hooked.run_round(batch)
+        assert not torch.equal(before, kept)  # the step was written over the previous state
+        assert sim.theta.data_ptr() != before.data_ptr()  # the state is the gossip's new output
+    torch.testing.assert_close(sim.theta, hooked.theta, rtol=1e-10, atol=1e-12)
+
+    shrink = Simulation(cfg, hooks=ShrinkUpdate())
+    before, kept = shrink.theta, shrink.theta.clone()
+    shrink.run_round(shrink.batch(0))
+    assert torch.equal(before, kept)
+    full = Simulation(cfg)
+    full.run_round(full.batch(0))
+    assert not torch.allclose(shrink.theta, full.theta)  # the half step was applied

@@ -176,6 +176,7 @@ class Protocol(ABC):
         lr: float,
         momentum: float = 0.0,
         nodes: torch.Tensor | None = None,
+        own: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``S`` local SGD steps of the nodes in ``theta [n, P]`` on ``batch`` (``[N, S, B, …]``),
         then the defense's ``local_update`` hook.
@@ -187,17 +188,25 @@ class Protocol(ABC):
         Without momentum and with no defense hook on the gradients, ``g`` is seen by nobody, and
         each step is :meth:`~bench.simulation.objective.NodeObjective.descend` (the step folded
         into the gradient's products; a fully masked node has ``g = 0`` and does not move).
+        ``own`` says that ``theta`` is the protocol's state, replaced by what this round
+        returns, and that nobody keeps it (the engine's snapshots and the transcript copy what
+        they record): the steps then overwrite it unless ``local_update`` needs the start.
+        Later fused steps overwrite the previous step's fresh output in any case.
         """
         x, y, mask = batch.x, batch.y, batch.mask
         if nodes is not None:
             x, y, mask = x[nodes], y[nodes], mask[nodes]
         hooks = self.context.hooks
-        fused = not momentum and not hooks.per_sample and "local_gradients" not in overridden_hooks(hooks)
+        overridden = overridden_hooks(hooks)
+        fused = not momentum and not hooks.per_sample and "local_gradients" not in overridden
+        in_place = own and nodes is None and "local_update" not in overridden
         start = theta
         first_loss = None
         for s in range(x.shape[1]):
             if fused:
-                theta, losses = self.context.objective.descend(theta, x[:, s], y[:, s], mask[:, s], lr)
+                theta, losses = self.context.objective.descend(
+                    theta, x[:, s], y[:, s], mask[:, s], lr, in_place=in_place or s > 0
+                )
                 first_loss = losses.mean() if first_loss is None else first_loss
                 continue
             grads, losses = self.gradients(theta, x[:, s], y[:, s], mask[:, s], RoundContext(t, s, nodes))

@@ -110,7 +110,7 @@ class DPSGD(_Gossiping):
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None
         lr = lr_at(self.hyperparameters(), t)
-        half, loss = self.local_sgd(t, state, state["theta"], batch, lr, self.momentum)
+        half, loss = self.local_sgd(t, state, state["theta"], batch, lr, self.momentum, own=True)
         state["theta"] = self.gossip(t, state, half, self.gossip_steps, "model")
         return {"loss": loss}
 

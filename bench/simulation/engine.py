@@ -262,6 +262,12 @@ class Simulation:
             return self._full_cache
         return self.data.batch(t, plan)
 
+    def batches(self, rounds: torch.Tensor) -> NodeBatch:
+        """The minibatches of the rounds ``rounds`` (1-D) of a protocol that trains on data,
+        stacked ``[k, N, S, B, …]`` and sampled in one pass (the data module's item for
+        ``rounds_per_step`` ``k``; equal to stacking ``k`` :meth:`batch` calls)."""
+        return self.data.batches(rounds, self.protocol.batch_plan)
+
     def ground_truth(self, node: int, round_: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """The samples ``(x, y)`` node ``node`` used in round ``round_``, local step ``step``
         (:meth:`RunData.ground_truth`; for tests and oracles — never passed to an attack)."""
@@ -307,6 +313,9 @@ class Simulation:
     # ----------------------------------------------------------------------------- metrics
     @property
     def theta(self) -> torch.Tensor:
+        """The nodes' current models ``[N, P]``, the live state: the next round may overwrite
+        this tensor in place (D-PSGD's undefended local step does, as ``torch.optim`` updates
+        parameters), so clone it to keep it across rounds."""
         return self.state["theta"]
 
     def consensus_distance(self) -> torch.Tensor:

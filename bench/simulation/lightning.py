@@ -45,16 +45,11 @@ class _Rounds(Dataset):
 
     def __getitem__(self, step: int) -> dict[str, Any]:
         start = step * self.per_step
-        ts = range(start, min(start + self.per_step, self.rounds))
+        ts = torch.arange(start, min(start + self.per_step, self.rounds))
         if not self.sim.protocol.uses_data or self.sim.full_batch:
-            return {"rounds": torch.tensor(list(ts))}
-        batches = [self.sim.batch(t) for t in ts]
-        return {
-            "rounds": torch.tensor(list(ts)),
-            "x": torch.stack([b.x for b in batches]),
-            "y": torch.stack([b.y for b in batches]),
-            "mask": torch.stack([b.mask for b in batches]),
-        }
+            return {"rounds": ts}
+        batches = self.sim.batches(ts)  # k rounds sampled at once, no stacking copy
+        return {"rounds": ts, "x": batches.x, "y": batches.y, "mask": batches.mask}
 
 
 class _EpochSampler(Sampler[int]):

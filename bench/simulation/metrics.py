@@ -17,5 +17,5 @@ def consensus_distance(theta: torch.Tensor) -> torch.Tensor:
     if n < 2:
         return torch.zeros((), dtype=theta.dtype, device=theta.device)
     centred = theta - theta.mean(0, keepdim=True)
-    total = 2 * n * centred.pow(2).sum()  # Σ_v Θ_v (centred) = 0
+    total = 2 * n * torch.linalg.vector_norm(centred).square()  # Σ_v Θ_v (centred) = 0; no squares tensor
     return total / (n * n - n)

@@ -182,15 +182,26 @@ class NodeObjective:
         return torch.cat([g.reshape(n, -1) for g in grads], dim=1), losses.detach()
 
     def descend(
-        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, lr: float
+        self,
+        theta: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        lr: float,
+        in_place: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One SGD step of every node, ``θ_v − η ∇L_v(θ_v)`` ``[N, P]``, and the losses ``[N]``.
-        Stackable models fold the step into the gradient's products
-        (:func:`~bench.simulation.per_sample.stacked_node_grads` with ``step``: ``g`` is never
-        written); others compute :meth:`node_grads`, then the axpy."""
+        """One SGD step of every node, ``θ_v − η ∇L_v(θ_v)`` ``[N, P]``, and the losses ``[N]``;
+        with ``in_place``, written over ``theta`` (and returned). Stackable models fold the step
+        into the gradient's products (:func:`~bench.simulation.per_sample.stacked_node_grads`
+        with ``step``: ``g`` is never written); others compute :meth:`node_grads`, then the
+        axpy."""
         if self.vectorize == "stacked":
-            return stacked_node_grads(self.model, self.loss_fn, theta, x, y, mask, self.loss_grad, step=lr)
+            return stacked_node_grads(
+                self.model, self.loss_fn, theta, x, y, mask, self.loss_grad, step=lr, in_place=in_place
+            )
         grads, losses = self.node_grads(theta, x, y, mask)
+        if in_place:
+            return theta.add_(grads, alpha=-lr), losses
         return torch.add(theta, grads, alpha=-lr), losses
 
     @torch.no_grad()

@@ -150,6 +150,7 @@ def stacked_node_grads(
     mask: torch.Tensor,
     loss_grad: LossGrad | None = None,
     step: float | None = None,
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The per-node gradients ``∇L_v = Σ_j (m_vj / n_v) g_vj`` ``[N, P]`` of the masked mean loss
     and the per-node mean losses: per Linear layer ``((δ / n_v)ᵀ a, Σ_j δ_j / n_v)``, one batched
@@ -163,12 +164,18 @@ def stacked_node_grads(
     ``θ_b − η Σ_j δ_j / n_v``. Forming ``g`` and then ``θ − η g`` writes ``g`` (one ``[N, P]``
     pass) and reads it back with ``θ``. Same numbers up to the order of rounding
     (``tests/test_per_sample.py``, float64); a node whose minibatch is fully masked has ``δ = 0``
-    and stays where it is."""
+    and stays where it is.
+
+    With ``in_place`` as well, the step overwrites ``θ`` (every read of ``θ``, the forward and
+    the backpropagated errors, happens before the first write): ``baddbmm`` into another
+    tensor first copies ``θ``'s slot there (one read and one write of ``[N, P]``), then runs
+    the GEMM on it; in place there is no copy."""
     layers, losses = _errors(model, loss_fn, theta, x, y, mask, loss_grad)
     inv_n = 1.0 / mask.sum(1).clamp_min(1).to(theta.dtype)[:, None, None]
     if step is None:
         return _weighted_sums(model, layers, inv_n, theta), losses
-    return _weighted_sums(model, layers, inv_n, theta, base=theta, alpha=-step), losses
+    out = theta if in_place else None
+    return _weighted_sums(model, layers, inv_n, theta, base=theta, alpha=-step, out=out), losses
 
 
 def stacked_weighted_sum(
@@ -199,12 +206,15 @@ def _weighted_sums(
     theta: torch.Tensor,
     base: torch.Tensor | None = None,
     alpha: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``Σ_j w_j g_j`` ``[N, P]`` from the layers' inputs and errors, ``w`` broadcastable to
     ``[N, B, 1]``: per Linear layer ``((w ⊙ δ)ᵀ a, Σ_j w_j δ_j)``, written into its slots; with
     ``base``, ``base + α Σ_j w_j g_j`` in the same products (every parameter of a stackable
-    model is a Linear layer's, so every slot is written)."""
-    out = torch.empty(theta.shape[0], model.n_params, dtype=theta.dtype, device=theta.device)
+    model is a Linear layer's, so every slot is written), into ``out`` when given (``out`` may
+    be ``base``: the update in place)."""
+    if out is None:
+        out = torch.empty(theta.shape[0], model.n_params, dtype=theta.dtype, device=theta.device)
     for name, a, delta in layers:
         wd = delta * w
         weight = _slice(model, out, f"{name}.weight")
@@ -213,6 +223,11 @@ def _weighted_sums(
             torch.bmm(wd.transpose(1, 2), a, out=weight)
             if bias is not None:
                 torch.sum(wd, dim=1, out=bias)
+            continue
+        if out is base:
+            weight.baddbmm_(wd.transpose(1, 2), a, alpha=alpha)
+            if bias is not None:
+                bias.add_(wd.sum(1), alpha=alpha)
             continue
         torch.baddbmm(_slice(model, base, f"{name}.weight"), wd.transpose(1, 2), a, alpha=alpha, out=weight)
         if bias is not None:

@@ -85,6 +85,13 @@ class RunData:
             derive_seed(self.seed, "batches"), t, plan.batch_size, plan.local_steps, plan.local_epochs
         )
 
+    def batches(self, rounds: torch.Tensor, plan: BatchPlan) -> NodeBatch:
+        """The minibatches of the rounds ``rounds`` (1-D), stacked ``[k, N, S, B, …]``: the same
+        as ``k`` calls of :meth:`batch`, sampled in one pass."""
+        return self.node_data.round_batch(
+            derive_seed(self.seed, "batches"), rounds, plan.batch_size, plan.local_steps, plan.local_epochs
+        )
+
     def ground_truth(
         self, node: int, round_: int, step: int, plan: BatchPlan | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
