@@ -77,6 +77,27 @@ def test_a_hand_edited_number_fails(entry_file: Path, tmp_path: Path) -> None:
     forged = bench("leaderboard", "verify", "--entry", str(target))
     assert forged.returncode == 1, forged.stdout + forged.stderr
     assert f"{job.task} seed {job.seed}: utility stated {job.utility}, re-run {stated}" in forged.stdout
+    assert "note:" not in forged.stdout  # made on this kind of machine: no excuse offered
+
+
+def test_a_mismatch_on_another_kind_of_machine_says_so(entry_file: Path, tmp_path: Path) -> None:
+    """An entry recorded on another CPU type whose numbers the re-run does not reproduce still
+    fails (a stated machine is no licence), with a note naming both machines; one whose numbers
+    do reproduce passes."""
+    entry = Entry.model_validate_json(entry_file.read_text())
+    here = entry.hardware["cpu"]
+    entry.hardware = {**entry.hardware, "cpu": "Another CPU"}
+    target = copy_to(tmp_path, entry_text(entry), entry_file)
+    assert bench("leaderboard", "verify", "--entry", str(target)).returncode == 0
+
+    job = chosen_jobs(entry)[0]
+    job.utility = (job.utility or 0.0) + 0.01
+    entry.tracks = tracks_of(jobs_of(entry))
+    target.write_text(entry_text(entry))
+    out = bench("leaderboard", "verify", "--entry", str(target))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "MISMATCH" in out.stdout and "note: the entry was made on another kind of machine" in out.stdout
+    assert "cpu Another CPU" in out.stdout and f"cpu {here}" in out.stdout
 
 
 def test_an_entry_of_other_code_is_stale(entry_file: Path, tmp_path: Path) -> None:

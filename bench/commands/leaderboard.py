@@ -116,6 +116,8 @@ def _verify(args: argparse.Namespace, paths: list[Path], root: Path) -> int:
         print(f"MISMATCH  {path.name}:" if report.mismatches else f"STALE     {path.name}:")
         for line in report.mismatches + report.stale:
             print(f"  {line}")
+        if report.mismatches and (note := report.hardware_note()):
+            print(f"  note: {note}")
     print(f"{len(paths) - failed} of {len(paths)} entries verified")
     return 1 if failed else 0
 

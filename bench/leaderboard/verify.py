@@ -23,7 +23,10 @@ deterministic given its seed and thread count on one machine, but float reductio
 last bits with the thread count, and optimization-based attacks (DLG, Inverting Gradients)
 amplify that — measured here: 2 threads instead of 1 moved a DLG leakage by 5e-4 relative. On
 another CPU, vector instructions may do the same; ``tolerance`` (default 1e-6, relative to
-``max(1, |stated|)``) is the knob, and a mismatch prints both numbers.
+``max(1, |stated|)``) is the knob, and a mismatch prints both numbers. A mismatch on another
+kind of machine than the entry's (:func:`same_hardware`) is still a failure — a stated machine
+cannot excuse other numbers — and the report names both machines
+(:meth:`VerifyReport.hardware_note`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "compare_jobs",
     "same_hardware",
     "same_jobs",
+    "same_numeric_hardware",
     "same_results",
     "verify_entry",
 ]
@@ -63,6 +67,20 @@ class VerifyReport:
     rerun: list[tuple[str, int]] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    #: the entry's and the re-run's :data:`NUMERIC_HARDWARE` when they differ (then the numbers
+    #: are not expected to agree to the tolerance; see :func:`same_hardware`)
+    hardware: tuple[dict[str, str], dict[str, str]] | None = None
+
+    def hardware_note(self) -> str | None:
+        """Why mismatches may be rounding, when the re-run ran on another kind of machine."""
+        if self.hardware is None:
+            return None
+        made, here = (", ".join(f"{k} {h[k]}" for k in NUMERIC_HARDWARE if k in h) for h in self.hardware)
+        return (
+            f"the entry was made on another kind of machine ({made}) than this re-run ({here}): "
+            "numbers reproduce to the tolerance only on the same kind of machine, so export the "
+            "entry again on this one or verify it on the entry's"
+        )
 
     @property
     def ok(self) -> bool:
@@ -143,11 +161,12 @@ def same_hardware(old: Entry, new: Entry) -> bool:
     differed beyond the tolerance from the entries an AMD EPYC machine had exported on 9 of its
     13 tasks (a track's mean leakage by up to 0.12), as much with PyTorch's, MKL's and oneDNN's
     kernels held to AVX2; the tasks of closed-form and linear-algebra attacks agreed."""
-    return all(
-        old.hardware.get(k) == new.hardware.get(k)
-        for k in NUMERIC_HARDWARE
-        if k in old.hardware and k in new.hardware
-    )
+    return same_numeric_hardware(old.hardware, new.hardware)
+
+
+def same_numeric_hardware(a: dict[str, str], b: dict[str, str]) -> bool:
+    """:func:`same_hardware` on two ``hardware`` mappings."""
+    return all(a.get(k) == b.get(k) for k in NUMERIC_HARDWARE if k in a and k in b)
 
 
 def same_results(old: Entry, new: Entry, tolerance: float = DEFAULT_TOLERANCE) -> bool:
@@ -217,9 +236,15 @@ def verify_entry(
             for threads, group in sorted(groups.items()):
                 run_grid(group, store, root, parallel=parallel, progress=False, threads=threads)
             results = {r.key: r for r in store.results()}
+    from bench.leaderboard.files import hardware_of
+
     for stated, job in runnable:
         report.rerun.append((stated.task, stated.seed))
         result = results.get(job.key)
+        if result is not None and report.hardware is None:
+            here = hardware_of(result.provenance)
+            if not same_numeric_hardware(entry.hardware, here):
+                report.hardware = (entry.hardware, here)
         if result is None:
             report.mismatches.append(f"{stated.task} seed {stated.seed}: the re-run stored no result")
             continue
