@@ -58,6 +58,9 @@ class NodeBatch:
     mask: torch.Tensor
 
     def to(self, device: torch.device | str) -> NodeBatch:
+        """The batch on ``device`` (itself when it is there already)."""
+        if all(t.device == torch.device(device) for t in (self.x, self.y, self.mask)):
+            return self
         return NodeBatch(self.x.to(device), self.y.to(device), self.mask.to(device))
 
 

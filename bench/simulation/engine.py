@@ -12,6 +12,7 @@ advances every node by one communication round; the Lightning loop in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -266,7 +267,7 @@ class Simulation:
         """The minibatches of the rounds ``rounds`` (1-D) of a protocol that trains on data,
         stacked ``[k, N, S, B, …]`` and sampled in one pass (the data module's item for
         ``rounds_per_step`` ``k``; equal to stacking ``k`` :meth:`batch` calls)."""
-        return self.data.batches(rounds, self.protocol.batch_plan)
+        return self.data.batch(rounds, self.protocol.batch_plan)
 
     def ground_truth(self, node: int, round_: int, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """The samples ``(x, y)`` node ``node`` used in round ``round_``, local step ``step``
@@ -289,8 +290,9 @@ class Simulation:
         if batch is not None:
             batch = batch.to(self.device)
         metrics = self.protocol.round(t, self.state, batch)
-        if not bool(torch.isfinite(metrics["loss"])):
-            raise TrainingDiverged(f"training diverged: the loss is {float(metrics['loss'])} in round {t}")
+        loss = float(metrics["loss"])  # one scalar read (torch.isfinite is four kernels and a read)
+        if not math.isfinite(loss):
+            raise TrainingDiverged(f"training diverged: the loss is {loss} in round {t}")
         self.round_index += 1
         if self.hooks.should_stop(RoundContext(t)):
             self.stopped = True

@@ -106,11 +106,11 @@ class FederationModule(pl.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         metrics: dict[str, torch.Tensor] = {}
+        sampled = "x" in batch
+        # full-batch rounds share one cached batch, data-free protocols have none: fetched once
+        same = None if sampled else self.sim.batch(self.sim.round_index)
         for i in range(len(batch["rounds"])):
-            if "x" in batch:
-                nb: NodeBatch | None = NodeBatch(batch["x"][i], batch["y"][i], batch["mask"][i])
-            else:
-                nb = self.sim.batch(self.sim.round_index)
+            nb = NodeBatch(batch["x"][i], batch["y"][i], batch["mask"][i]) if sampled else same
             metrics = self.sim.run_round(nb)
             if self.sim.stopped:
                 self.trainer.should_stop = True

@@ -77,19 +77,13 @@ class RunData:
         steps = plan.local_steps if plan.local_epochs is None else plan.local_epochs
         return self.node_data.full_batch(steps)
 
-    def batch(self, t: int, plan: BatchPlan) -> NodeBatch:
-        """The minibatches ``[N, S, B, …]`` of every node in round ``t`` under ``plan``."""
-        if self.is_full_batch(plan):
-            return self.full_batch(plan)
+    def batch(self, t: int | torch.Tensor, plan: BatchPlan) -> NodeBatch:
+        """The minibatches ``[N, S, B, …]`` of every node in round ``t`` under ``plan``; for a
+        1-D tensor of ``k`` rounds, theirs stacked ``[k, N, S, B, …]`` and sampled in one pass
+        (the same as ``k`` calls). Full-batch plans give the whole local sets
+        (:meth:`~bench.data.stacked.NodeData.round_batch`)."""
         return self.node_data.round_batch(
             derive_seed(self.seed, "batches"), t, plan.batch_size, plan.local_steps, plan.local_epochs
-        )
-
-    def batches(self, rounds: torch.Tensor, plan: BatchPlan) -> NodeBatch:
-        """The minibatches of the rounds ``rounds`` (1-D), stacked ``[k, N, S, B, …]``: the same
-        as ``k`` calls of :meth:`batch`, sampled in one pass."""
-        return self.node_data.round_batch(
-            derive_seed(self.seed, "batches"), rounds, plan.batch_size, plan.local_steps, plan.local_epochs
         )
 
     def ground_truth(
