@@ -1,6 +1,7 @@
 """The Lightning loop: same results as the plain loop, CSV logs, early stopping."""
 
 import pandas as pd
+import pytest
 import torch
 from pytorch_lightning.callbacks import EarlyStopping
 
@@ -19,11 +20,17 @@ CFG = {
 }
 
 
-def test_lightning_loop_equals_plain_loop_for_any_rounds_per_step():
-    plain = Simulation(CFG)
+# full batch: a Lightning step fetches the simulation's cached batch once for all its rounds
+FULL_BATCH_FEDSGD = {**CFG, "protocol": "fedsgd", "protocol_params": {"batch_size": None, "lr": 0.2}}
+
+
+@pytest.mark.parametrize("cfg", [CFG, FULL_BATCH_FEDSGD], ids=["sampled_dpsgd", "full_batch_fedsgd"])
+def test_lightning_loop_equals_plain_loop_for_any_rounds_per_step(cfg):
+    plain = Simulation(cfg)
     plain.run(23)
+    assert not torch.equal(plain.theta, Simulation(cfg).theta)  # training moved the models
     for k in (1, 5):
-        sim = Simulation(CFG)
+        sim = Simulation(cfg)
         run_simulation(sim, rounds=23, rounds_per_step=k, eval_every=10)
         assert sim.round_index == 23
         assert torch.equal(sim.theta, plain.theta)
