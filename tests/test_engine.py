@@ -10,7 +10,7 @@ from bench.data.dataset import ArrayDataset
 from bench.data.stacked import NodeData
 from bench.simulation import MessageBatch, Simulation
 from bench.simulation.metrics import consensus_distance
-from bench.simulation.mixing_op import GossipMixer
+from bench.simulation.mixing_op import GossipMixer, column_chunk
 from bench.topology import Topology
 
 
@@ -82,6 +82,33 @@ def test_mixer_sparse_dense_and_per_edge_layouts_agree(name, n, mixing):
         expect = ref + (W - torch.diag(torch.diagonal(W))) @ torch.ones_like(x)
         assert torch.allclose(mixer.mix(x, noisy), expect, atol=1e-14)
         assert torch.allclose(mixer.mix(x, noisy.per_edge()), expect, atol=1e-14)
+
+
+def test_column_chunk_is_the_divisor_nearest_the_middle_of_the_range():
+    assert column_chunk(79510, 256, 16384) == 7951  # the 784-100-10 MLP: 10 chunks
+    assert column_chunk(80640, 256, 16384) == 2016  # nearest √(256·16384) = 2048 on a log scale
+    assert column_chunk(61706, 256, 16384) == 61706  # LeNet-5: no divisor there, whole rows
+    assert column_chunk(24, 4, 9) == 6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gather_over_column_chunks_is_bitwise_the_whole_row_gather(dtype):
+    """Viewing ``[N, P]`` as ``[N·P/b, b]`` and splitting every bag into ``P/b`` chunk bags sums
+    the same terms in the same order for every output element."""
+    topo = Topology.build("torus", n=16, mixing="uniform")
+    W = torch.from_numpy(topo.mixing).to(dtype)
+    edges = torch.from_numpy(topo.directed_edges())
+    whole = GossipMixer(W, sparse_below=2.0, gather_from=4, chunk=(100, 200))
+    chunked = GossipMixer(W, sparse_below=2.0, gather_from=4, chunk=(4, 9))
+    x = torch.randn(16, 24, dtype=dtype)
+    strided = torch.randn(24, 16, dtype=dtype).t()  # not contiguous: no chunk view, whole rows
+    for v in (x, strided):
+        assert torch.equal(chunked.apply(v), whole.apply(v))
+        torch.testing.assert_close(chunked.apply(v), W @ v)
+        msgs = MessageBatch.broadcast(0, 0, "model", v, edges).with_payload(v + 1.0)
+        assert torch.equal(chunked.mix(v, msgs), whole.mix(v, msgs))
+    assert {key[1:] for key in chunked._bags} == {(24, dtype, True), (24, dtype, False)}
+    assert all(b == 6 for *_, b in (chunked._bags[k] for k in chunked._bags if k[3]))
 
 
 def _node_data(n_nodes, m=12):

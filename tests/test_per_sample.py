@@ -210,6 +210,33 @@ def test_descent_folds_the_sgd_step_into_the_gradient_products(model, params, sh
         torch.testing.assert_close(l3, losses, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_small_stacked_products_give_the_one_thread_numbers_on_two_threads(dtype):
+    """The in-place step and the stacked gradient of a 784-100-10 MLP (1.25 M flops per node's
+    matrix, below ``SERIAL_GEMM_FLOPS``) are bitwise the same on two threads as on one; MKL's
+    two-thread kernel for the strided slot rounds some elements differently."""
+    flat = build_flat_model("mlp", (784,), 10, dtype, {"hidden": [100]})
+    objective = NodeObjective(flat, "cross_entropy", "stacked")
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(40, 8, 784, generator=g, dtype=dtype)
+    y = torch.randint(0, 10, (40, 8), generator=g)
+    mask = torch.ones(40, 8, dtype=torch.bool)
+    theta = 0.05 * torch.randn(40, flat.n_params, generator=g, dtype=dtype)
+    threads = torch.get_num_threads()
+    runs = []
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            own = theta.clone()
+            objective.descend(own, x, y, mask, 0.3, in_place=True)
+            runs.append((own, objective.node_grads(theta, x, y, mask)[0]))
+            assert torch.get_num_threads() == n  # the context put the count back
+    finally:
+        torch.set_num_threads(threads)
+    assert not torch.equal(runs[0][0], theta)
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+
+
 class IdentityGradients(DefenseHooks):
     """Overrides ``local_gradients`` with the identity: the engine takes the unfused path."""
 
