@@ -37,6 +37,13 @@ compute- or dispatch-bound as written; only fewer bytes (fusion, leaner state), 
 fewer ops can make it faster. Below 1, consecutive ops reused data through the cache (the
 count assumes none).
 
+A last row times the leanest eager round of the FedSGD logistic-regression update
+(:func:`lean_fedsgd_logreg`: ten ops, no protocol, channel, message or defense hook between
+them, checked against the engine's state) against the same bound. It is the floor of an eager
+round of that model: its ratio is what op-by-op PyTorch execution costs above the dispatch bound
+even with no framework at all, so the engine's dispatch-bound rounds cannot come closer to 1
+than it does without compiling a whole round into one call.
+
 Usage::
 
     PYTHONPATH=. python benchmarks/bandwidth.py            # all scenarios, about 2 minutes
@@ -197,6 +204,63 @@ def round_ms(config: dict[str, Any], rounds: int, repeats: int) -> float:
     return best_ms(lambda: sim.run_round(batch), repeats, inner=rounds)
 
 
+# ----------------------------------------------------------------------- the eager floor
+def lean_fedsgd_logreg(sim: Simulation) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+    """The leanest eager PyTorch round of FedSGD with logistic regression: ``(step, θ)``.
+
+    All clients' samples in one ``[N·B, d]`` matrix, ``z = Xw + b``, the mean BCE loss,
+    ``δ = σ(z) − y``, ``θ ← θ − η (Xᵀδ, Σδ) / (N·B)``: ten ops, no protocol, channel, message or
+    hook. With full participation and equal client sizes (the scenario: 10 samples each) the
+    mean of the clients' mean gradients is the mean over all samples, so this is the engine's
+    update (:func:`main` checks the two states after a few rounds). It is the floor of any
+    eager round of this model: what the engine's round would cost with nothing between its ops.
+    """
+    batch = sim.batch(0)
+    assert batch is not None and bool(batch.mask.all()), "needs equal client sizes"
+    n, b = batch.mask.shape[0], batch.mask.shape[-1]
+    x = batch.x.reshape(n * b, -1).to(sim.theta.dtype)
+    y = batch.y.reshape(n * b).to(sim.theta.dtype)
+    d = x.shape[1]
+    lr = float(sim.protocol.hyperparameters()["lr"]) / (n * b)
+    theta = sim.theta[0].clone()
+
+    def step() -> torch.Tensor:
+        nonlocal theta
+        z = torch.addmv(theta[d], x, theta[:d])
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+        delta = torch.sigmoid(z).sub_(y)
+        theta = torch.cat([theta[:d].add(torch.mv(x.t(), delta), alpha=-lr), theta[d:] - lr * delta.sum()])
+        return loss
+
+    return step, lambda: theta
+
+
+def floor_row(sc: Scenario, bandwidth: float, gflops: float, op_us: float, repeats: int) -> str:
+    """The table row of :func:`lean_fedsgd_logreg` on ``sc`` (FedSGD logreg), with the largest
+    parameter difference from the engine's state after 5 rounds."""
+    step, _ = lean_fedsgd_logreg(Simulation(sc.config))
+    counter = TrafficCounter(bandwidth, gflops)
+    with counter:
+        step()
+    ms = best_ms(step, repeats, inner=sc.rounds)
+    sim = Simulation(sc.config)
+    check, theta = lean_fedsgd_logreg(sim)
+    for _ in range(5):
+        check()
+        sim.run_round(sim.batch(0))
+    agree = float((theta() - sim.theta[0]).abs().max())
+    if not agree < 1e-5:
+        raise SystemExit(f"the lean FedSGD round is not the engine's update: max |Δθ| = {agree:.1e}")
+    dispatch_ms = counter.ops * op_us / 1e3
+    ratio = ms / (counter.roofline_ms + dispatch_ms)
+    label = "FedSGD logreg, leanest eager"
+    return (
+        f"{label:34s} {ms:9.3f} {counter.bytes / 1e6:9.1f} {counter.flops / 1e9:6.3f} {counter.ops:4d} "
+        f"{counter.roofline_ms:6.3f} ms {dispatch_ms:6.3f} ms {ratio:13.2f}x  "
+        f"(the same update with nothing between its ops; max |Δθ| from the engine after 5 rounds {agree:.1e})"
+    )
+
+
 # ---------------------------------------------------------------------------------- scenarios
 @dataclass
 class Scenario:
@@ -271,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         top = sorted(counter.by_op.items(), key=lambda kv: -kv[1])[: args.top]
         details.append(f"  {sc.label}: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in top))
+    print(floor_row(scenarios(args.quick)[1], bw["triad"], gflops, op_us, args.repeats), flush=True)
     print("\nlargest movers per round (bytes of inputs + outputs):")
     print("\n".join(details))
 
