@@ -40,9 +40,10 @@ count assumes none).
 A last row times the leanest eager round of the FedSGD logistic-regression update
 (:func:`lean_fedsgd_logreg`: ten ops, no protocol, channel, message or defense hook between
 them, checked against the engine's state) against the same bound. It is the floor of an eager
-round of that model: its ratio is what op-by-op PyTorch execution costs above the dispatch bound
-even with no framework at all, so the engine's dispatch-bound rounds cannot come closer to 1
-than it does without compiling a whole round into one call.
+round of that model: its ratio is what op-by-op PyTorch execution costs above the bound even
+with no framework at all (about 2–3× on the 2-core VM; the tiny-op estimate is noisy in
+``--quick`` runs), which the engine's dispatch-bound rounds, carrying the framework between
+their ops, are not expected to beat without compiling a whole round into one call.
 
 Usage::
 
