@@ -37,13 +37,17 @@ compute- or dispatch-bound as written; only fewer bytes (fusion, leaner state), 
 fewer ops can make it faster. Below 1, consecutive ops reused data through the cache (the
 count assumes none).
 
-A last row times the leanest eager round of the FedSGD logistic-regression update
+Two last rows time the leanest round of the FedSGD logistic-regression update
 (:func:`lean_fedsgd_logreg`: ten ops, no protocol, channel, message or defense hook between
-them, checked against the engine's state) against the same bound. It is the floor of an eager
-round of that model: its ratio is what op-by-op PyTorch execution costs above the bound even
-with no framework at all (about 2–3× on the 2-core VM; the tiny-op estimate is noisy in
-``--quick`` runs), which the engine's dispatch-bound rounds, carrying the framework between
-their ops, are not expected to beat without compiling a whole round into one call.
+them, checked against the engine's state) against the bound of its eager op sequence: eager,
+and compiled by ``torch.compile`` into one call. The eager row is the floor of op-by-op
+execution of that model: its ratio is what PyTorch costs above the bound even with no framework
+at all (about 2–3× on the 2-core VM; the tiny-op estimate is noisy in ``--quick`` runs), which
+the engine's dispatch-bound rounds, carrying the framework between their ops, are not expected
+to beat eagerly. The compiled row, and the time of one call of a compiled one-kernel function
+printed after it, are the floor of compiling a whole round instead: a compiled call has a fixed
+entry cost of tens of µs (guards and the generated wrapper), about the whole eager round of
+this model.
 
 Usage::
 
@@ -206,15 +210,19 @@ def round_ms(config: dict[str, Any], rounds: int, repeats: int) -> float:
 
 
 # ----------------------------------------------------------------------- the eager floor
-def lean_fedsgd_logreg(sim: Simulation) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
-    """The leanest eager PyTorch round of FedSGD with logistic regression: ``(step, θ)``.
+def lean_fedsgd_logreg(
+    sim: Simulation, compiled: bool = False
+) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+    """The leanest PyTorch round of FedSGD with logistic regression: ``(step, θ)``.
 
     All clients' samples in one ``[N·B, d]`` matrix, ``z = Xw + b``, the mean BCE loss,
     ``δ = σ(z) − y``, ``θ ← θ − η (Xᵀδ, Σδ) / (N·B)``: ten ops, no protocol, channel, message or
     hook. With full participation and equal client sizes (the scenario: 10 samples each) the
     mean of the clients' mean gradients is the mean over all samples, so this is the engine's
-    update (:func:`main` checks the two states after a few rounds). It is the floor of any
-    eager round of this model: what the engine's round would cost with nothing between its ops.
+    update (:func:`floor_row` checks the two states after a few rounds). Eager, it is the floor
+    of any op-by-op round of this model: what the engine's round would cost with nothing between
+    its ops. ``compiled``: the same update as one ``torch.compile`` call (inductor, whole graph,
+    static shapes; compiled at the first step), the floor of compiling a whole round.
     """
     batch = sim.batch(0)
     assert batch is not None and bool(batch.mask.all()), "needs equal client sizes"
@@ -223,29 +231,50 @@ def lean_fedsgd_logreg(sim: Simulation) -> tuple[Callable[[], torch.Tensor], Cal
     y = batch.y.reshape(n * b).to(sim.theta.dtype)
     d = x.shape[1]
     lr = float(sim.protocol.hyperparameters()["lr"]) / (n * b)
+
+    def update(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = torch.addmv(theta[d], x, theta[:d])
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+        delta = torch.sigmoid(z).sub_(y)
+        w = theta[:d].add(torch.mv(x.t(), delta), alpha=-lr)
+        return torch.cat([w, theta[d:] - lr * delta.sum()]), loss
+
+    run = torch.compile(update, fullgraph=True, dynamic=False) if compiled else update
     theta = sim.theta[0].clone()
 
     def step() -> torch.Tensor:
         nonlocal theta
-        z = torch.addmv(theta[d], x, theta[:d])
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
-        delta = torch.sigmoid(z).sub_(y)
-        theta = torch.cat([theta[:d].add(torch.mv(x.t(), delta), alpha=-lr), theta[d:] - lr * delta.sum()])
+        theta, loss = run(theta)
         return loss
 
     return step, lambda: theta
 
 
-def floor_row(sc: Scenario, bandwidth: float, gflops: float, op_us: float, repeats: int) -> str:
+def compiled_call_us(repeats: int) -> float:
+    """µs of one call of a compiled one-kernel function (``2t + 1`` on 3 elements): the fixed
+    cost of entering compiled code (guards, the generated wrapper, the kernel launch)."""
+    fn = torch.compile(lambda t: t * 2.0 + 1.0, fullgraph=True, dynamic=False)
+    t = torch.ones(3)
+    for _ in range(10):
+        fn(t)
+    return best_ms(lambda: fn(t), repeats, inner=2000) * 1e3
+
+
+def floor_row(
+    sc: Scenario, bandwidth: float, gflops: float, op_us: float, repeats: int, compiled: bool = False
+) -> str:
     """The table row of :func:`lean_fedsgd_logreg` on ``sc`` (FedSGD logreg), with the largest
-    parameter difference from the engine's state after 5 rounds."""
+    parameter difference from the engine's state after 5 rounds. Compiled or not, the bound is
+    the eager op sequence's (its ten ops at the tiny-op time plus their roofline)."""
     sim = Simulation(sc.config)
-    step, _ = lean_fedsgd_logreg(sim)  # timed on its own copy of θ; ``sim`` stays at round 0
-    counter = TrafficCounter(bandwidth, gflops)
+    step, _ = lean_fedsgd_logreg(sim, compiled)  # timed on its own copy of θ; ``sim`` stays at round 0
+    counter, eager_step = TrafficCounter(bandwidth, gflops), lean_fedsgd_logreg(sim)[0]
     with counter:
-        step()
+        eager_step()
+    for _ in range(3):
+        step()  # a compiled step compiles here, outside the timing
     ms = best_ms(step, repeats, inner=sc.rounds)
-    check, theta = lean_fedsgd_logreg(sim)
+    check, theta = lean_fedsgd_logreg(sim, compiled)
     for _ in range(5):
         check()
         sim.run_round(sim.batch(0))
@@ -254,11 +283,11 @@ def floor_row(sc: Scenario, bandwidth: float, gflops: float, op_us: float, repea
         raise SystemExit(f"the lean FedSGD round is not the engine's update: max |Δθ| = {agree:.1e}")
     dispatch_ms = counter.ops * op_us / 1e3
     ratio = ms / (counter.roofline_ms + dispatch_ms)
-    label = "FedSGD logreg, leanest eager"
+    label = "FedSGD logreg, leanest " + ("compiled" if compiled else "eager")
     return (
         f"{label:34s} {ms:9.3f} {counter.bytes / 1e6:9.1f} {counter.flops / 1e9:6.3f} {counter.ops:4d} "
         f"{counter.roofline_ms:6.3f} ms {dispatch_ms:6.3f} ms {ratio:13.2f}x  "
-        f"(the same update with nothing between its ops; max |Δθ| from the engine after 5 rounds {agree:.1e})"
+        f"(max |Δθ| from the engine after 5 rounds {agree:.1e})"
     )
 
 
@@ -336,7 +365,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         top = sorted(counter.by_op.items(), key=lambda kv: -kv[1])[: args.top]
         details.append(f"  {sc.label}: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in top))
-    print(floor_row(scenarios(args.quick)[1], bw["triad"], gflops, op_us, args.repeats), flush=True)
+    fed = scenarios(args.quick)[1]
+    print(floor_row(fed, bw["triad"], gflops, op_us, args.repeats), flush=True)
+    print(floor_row(fed, bw["triad"], gflops, op_us, args.repeats, compiled=True), flush=True)
+    print(f"one compiled call of one tiny kernel: {compiled_call_us(args.repeats):.1f} us")
     print("\nlargest movers per round (bytes of inputs + outputs):")
     print("\n".join(details))
 
