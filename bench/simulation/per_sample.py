@@ -282,6 +282,10 @@ def _one_thread_per_matrix(out: torch.Tensor, batch: int) -> Iterator[None]:
     (by up to an ulp), so with this a run gives bitwise the numbers of a one-thread run (the
     leaderboard's jobs run on one thread each) whatever the thread count. Skipped on CUDA, on
     one thread, and for matrices of at least :data:`SERIAL_GEMM_FLOPS`.
+
+    ``torch.set_num_threads`` is process-wide: for the ~2 ms of the product, any other Python
+    thread running torch ops in the same process also runs on one intra-op thread (it restores
+    in a ``finally``). The engine runs one simulation per process, so nothing else is affected.
     """
     threads = torch.get_num_threads()
     if out.is_cuda or threads == 1 or 2 * batch * out.shape[-2] * out.shape[-1] >= SERIAL_GEMM_FLOPS:
