@@ -16,7 +16,8 @@ the store and are listed by :func:`superseded_versions`.
   for a single seed. Failed jobs are counted in ``failed`` and excluded from every mean; the
   reason of the most recent one is ``last_failure``.
 - **Ranking** per track: among entries with at least one successful seed, a privacy score and
-  ``utility_mean ≥ utility_floor`` (or no floor), by ``privacy_mean`` descending, ties broken by
+  ``utility_mean ≥ utility_floor`` (or no floor), and no job refused by the channel audit
+  (:mod:`bench.runner.audit`), by ``privacy_mean`` descending, ties broken by
   ``utility_mean`` descending, then by label (so ranks are ``1..k``, deterministic). Other
   entries are listed with rank ``<NA>``.
 - The **Pareto front** of a track: the entries not dominated in ``(privacy_mean,
@@ -78,6 +79,7 @@ BASE_COLUMNS: tuple[str, ...] = (
     "runtime_mean",
     "worst_attack",
     "claimed",
+    "refused",
 )
 
 #: the metric holding a membership attack's empirical ε lower bound (:mod:`bench.metrics.membership`)
@@ -158,6 +160,8 @@ class _Entry:
     deltas: list[float] = field(default_factory=list)
     epsilon_lb: list[float] = field(default_factory=list)
     claimed: bool = True
+    #: a job of the entry was refused by the channel audit
+    refused: bool = False
 
 
 def _task_threats(results: list[JobResult]) -> dict[str, list[str]]:
@@ -234,6 +238,8 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             suites[track_id(r.task, threat)].update(a.attack for a in outcomes)
             if r.status != "ok":
                 e.failed += 1
+                if (r.provenance.get("audit") or {}).get("status") == "refused":
+                    e.refused = True  # data moved outside the channel: never ranked
                 order = (str(r.provenance.get("timestamp", "")), i)
                 if order >= e.failure_order:
                     e.failure_order = order
@@ -290,11 +296,14 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             row[LEAKAGE_PREFIX + attack] = _mean(e.leakage.get(attack, []))
         row["worst_attack"] = worst_attack({a: _mean(v) for a, v in e.leakage.items()})
         row["claimed"] = e.claimed
+        row["refused"] = e.refused
         rows.append(row)
 
     columns = [*BASE_COLUMNS, *(LEAKAGE_PREFIX + a for a in attacks), "above_floor", "rank"]
     df = pd.DataFrame(rows, columns=[c for c in columns if c not in ("above_floor", "rank")])
-    df = df.astype({"seeds": "int64", "failed": "int64", "last_failure": "object", "claimed": "bool"})
+    df = df.astype(
+        {"seeds": "int64", "failed": "int64", "last_failure": "object", "claimed": "bool", "refused": "bool"}
+    )
     for col in (
         "privacy_mean",
         "privacy_std",
@@ -312,7 +321,11 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
     for _, group in df.groupby("track", sort=False):
         eligible = group[
-            group["above_floor"] & group["claimed"] & (group["seeds"] >= 1) & group["privacy_mean"].notna()
+            group["above_floor"]
+            & group["claimed"]
+            & ~group["refused"]
+            & (group["seeds"] >= 1)
+            & group["privacy_mean"].notna()
         ]
         order = sorted(
             eligible.index,

@@ -65,7 +65,6 @@ class DPFedAvg(DPDefense):
         self.clients = clients_per_round(fraction, run.n_nodes)
         self.client_rate = self.clients / run.n_nodes
         self._rounds = 0
-        self._gen: torch.Generator | None = None
         self.solve_sigma([(self.client_rate, int(run.rounds))])
 
     # -------------------------------------------------------------------------------- hooks
@@ -82,11 +81,10 @@ class DPFedAvg(DPDefense):
             self._rounds += 1
             if self.sigma == 0:
                 return out
-            if self._gen is None or self._gen.device != out.device:
-                self._gen = self.generator("dp_fedavg:noise", out.device)
-            z = torch.normal(
-                0.0, 1.0, size=out.shape, generator=self._gen, dtype=out.dtype, device=out.device
-            )
+            # the server's noise of round t: a function of the seed and t (no stream carried from
+            # call to call), so an aggregation recomputed alone gives the same (bench.runner.audit)
+            gen = self.generator(f"dp_fedavg:noise:{ctx.round}", out.device)
+            z = torch.normal(0.0, 1.0, size=out.shape, generator=gen, dtype=out.dtype, device=out.device)
             return out + z * (self.sigma * self.clip_norm / self.clients)
 
         return noisy_mean

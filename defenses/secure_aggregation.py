@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,6 +12,7 @@ from bench.registry_utils import require_choice
 from bench.secagg import SecureAggregator, check_sum_range, decode, encode
 from bench.secagg.fixed_point import MAX_K
 from bench.secagg.prg import PRGS
+from bench.secagg.protocol import Instance
 from bench.simulation.hooks import Aggregator, RoundContext, RunInfo
 from bench.simulation.messages import SERVER, MessageBatch
 
@@ -22,15 +22,6 @@ GOSSIP = ("dpsgd", "gossip_averaging")
 #: (a zero gradient) rather than "keep the current model"
 KINDS = {"gradient": "fedsgd", "local_model": "fedavg", "model": "dpsgd", "value": "gossip_averaging"}
 ON_FAILURE = ("error", "abort_round")
-
-
-@dataclass
-class _Pending:
-    """An aggregation masked in ``outgoing``, waiting for its receivers' ``wrap_aggregation``."""
-
-    instances: dict[int, Any]  # receiver (SERVER or node) -> Instance
-    weight: dict[int, torch.Tensor]  # receiver -> [m] the members' weights
-    members: dict[int, list[int]]
 
 
 @DEFENSES.register(
@@ -130,7 +121,6 @@ class SecureAggregation(Defense):
         self.dropout = float(dropout)
         self.prg = require_choice(prg, PRGS, "defense.prg")
         self.on_failure = require_choice(on_failure, ON_FAILURE, "defense.on_failure")
-        self._pending: dict[tuple[int, int, str], _Pending] = {}
         self.stats = {"aggregations": 0, "failures": 0, "dropped": 0}
 
     # ---------------------------------------------------------------------------- set-up
@@ -142,7 +132,6 @@ class SecureAggregation(Defense):
             run.n_nodes, self.k, self.threshold, self.generator("secagg", "cpu"), self.prg
         )
         self._drops = self.generator("secagg_dropout", "cpu")
-        self._pending.clear()
         if run.protocol in FEDERATED:
             samples = run.hyperparameters.get("weighting") == "samples"
             self._client_weight = torch.tensor(run.counts, dtype=torch.float64) if samples else None
@@ -195,7 +184,10 @@ class SecureAggregation(Defense):
         groups: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     ) -> MessageBatch:
         """Encode ``w_u m_u`` of every group's members, mask them all at once (one instance per
-        receiver), drop the users that drop out and keep the instances for the unmasking."""
+        receiver), drop the users that drop out, and send each receiver, with the survivors'
+        ``y_u``, what the survivors send in the paper's unmasking round (Round 3): their shares
+        of the survivors' self-mask seeds ``b_u`` and of the dropped users' secret keys
+        ``s_v^SK`` — never both for one user (:func:`_unmasking_round`)."""
         receivers = list(groups)
         members = torch.cat([groups[v][0] for v in receivers])
         payload = torch.cat([groups[v][1].detach().cpu().to(torch.float64) for v in receivers])
@@ -209,41 +201,54 @@ class SecureAggregation(Defense):
         y, instances = self._agg.mask_many(
             [(groups[v][0].tolist(), v) for v in receivers], enc, msgs.round, msgs.step
         )
-        self._pending[(msgs.round, msgs.step, msgs.kind)] = _Pending(
-            dict(zip(receivers, instances, strict=True)),
-            {v: groups[v][2] for v in receivers},
-            {v: groups[v][0].tolist() for v in receivers},
-        )
+        extra, revealed = [], set()
+        for i, (v, inst) in enumerate(zip(receivers, instances, strict=True)):
+            survived = alive[owner == i]
+            extra.append(_unmasking_round(v, inst, survived, groups[v][2]))
+            if int(survived.sum()) >= inst.t:  # the unmasking will reveal the dropped users' keys
+                revealed.update(u for u, ok in zip(inst.members, survived.tolist(), strict=True) if not ok)
+        self._agg.keys.rekey(sorted(revealed))  # a revealed secret key is never used again
         self.stats["dropped"] += int((~alive).sum())
         receiver_ids = torch.tensor(receivers, dtype=torch.long)[owner[alive]]
         payload_out = y[alive].to(msgs.payload.device)
         rows = torch.arange(payload_out.shape[0], device=payload_out.device)
         edges = torch.stack([rows, receiver_ids.to(payload_out.device)], dim=1)
         senders = members[alive].to(payload_out.device)
-        return MessageBatch(msgs.round, msgs.step, msgs.kind, payload_out, senders, edges, msgs.secure)
+        return MessageBatch(
+            msgs.round,
+            msgs.step,
+            msgs.kind,
+            payload_out,
+            senders,
+            edges,
+            msgs.secure,
+            extra={"secagg": extra},
+        )
 
     def wrap_aggregation(self, aggregate: Aggregator, ctx: RoundContext) -> Aggregator:
         def secure(own: torch.Tensor, delivered: MessageBatch) -> torch.Tensor:
-            pending = self._pending.pop((delivered.round, delivered.step, delivered.kind), None)
-            if pending is None:  # not a message this defense masked
+            groups = (delivered.extra or {}).get("secagg")
+            if groups is None:  # not a message this defense masked
                 return aggregate(own, delivered)
-            return self._unmask(own, delivered, pending)
+            return self._unmask(own, delivered, groups)
 
         return secure
 
-    def _unmask(self, own: torch.Tensor, delivered: MessageBatch, pending: _Pending) -> torch.Tensor:
+    def _unmask(
+        self, own: torch.Tensor, delivered: MessageBatch, groups: list[dict[str, Any]]
+    ) -> torch.Tensor:
+        """Every receiver's sum from its survivors' ``y_u`` and the shares of Round 3 that came
+        with them — what was delivered, nothing else."""
         rows, recv = delivered.edges[:, 0].cpu(), delivered.receivers.cpu()
         senders = delivered.senders.cpu()[rows]
-        receivers = list(pending.instances)
+        receivers = [int(g["receiver"]) for g in groups]
+        instances = [_instance(g) for g in groups]
         picks = [rows[recv == v] for v in receivers]
         survivors = [senders[recv == v].tolist() for v in receivers]
-        sums, failures = self._agg.unmask_many(
-            [pending.instances[v] for v in receivers], survivors, delivered.payload.cpu(), picks
-        )
+        sums, failures = self._agg.unmask_many(instances, survivors, delivered.payload.cpu(), picks)
         self.stats["aggregations"] += len(receivers)
         federated = self.run.protocol in FEDERATED
         out = None if federated else own.clone()
-        revealed: set[int] = set()
         for g, v in enumerate(receivers):
             if failures[g] is not None:
                 if self.on_failure == "error":
@@ -252,15 +257,63 @@ class SecureAggregation(Defense):
                 if federated:  # no step: a zero gradient, or the model the clients received
                     out = torch.zeros_like(own[0]) if delivered.kind == "gradient" else own[0].clone()
                 continue  # a node keeps its own value
-            revealed.update(self._agg.revealed(pending.instances[v], survivors[g]))
             total = decode(sums[g], self.scale, self.k)
-            alive = torch.tensor([u in set(survivors[g]) for u in pending.members[v]])
-            w = pending.weight[v]
+            alive = torch.tensor([u in set(survivors[g]) for u in instances[g].members])
+            w = groups[g]["weight"]
             if federated:
                 out = (total / w[alive].sum()).to(own.device, own.dtype)
             else:  # x_v⁺ = (W_vv + Σ_{dropped} W_vu) x_v + Σ_{survivors} W_vu m_u
                 keep = float(self._mixing[v, v]) + float(w[~alive].sum())
                 out[v] = keep * own[v] + total.to(own.device, own.dtype)
-        self._agg.keys.rekey(sorted(revealed))  # a revealed secret key is never used again
         assert out is not None
         return out
+
+
+def _unmasking_round(
+    receiver: int, inst: Instance, survived: torch.Tensor, weight: torch.Tensor
+) -> dict[str, Any]:
+    """What receiver ``receiver`` holds of instance ``inst`` once its survivors answered the
+    unmasking round (Bonawitz et al., Fig. 4, Round 3), as plain data: the group, its threshold,
+    nonces and public keys, the members' weights, the shares held by ``t`` survivors of every
+    survivor's ``b_u`` and of every dropped user's ``s_v^SK`` — the other shares zero. (With fewer
+    than ``t`` survivors nothing is shared, and the receiver fails.)"""
+    holders = survived.nonzero().squeeze(1)[: inst.t]
+    self_shares = torch.zeros_like(inst.self_shares)
+    key_shares = torch.zeros_like(inst.key_shares)
+    if len(holders) >= inst.t:
+        cols = holders[:, None]
+        self_shares[survived.nonzero().squeeze(1)[:, None], cols.T] = inst.self_shares[survived][:, holders]
+        dropped = (~survived).nonzero().squeeze(1)
+        if len(dropped):
+            key_shares[dropped[:, None], cols.T] = inst.key_shares[dropped][:, holders]
+    return {
+        "receiver": int(receiver),
+        "members": list(inst.members),
+        "t": int(inst.t),
+        "nonce_pair": _tensor(inst.nonce_pair),
+        "nonce_self": _tensor(inst.nonce_self),
+        "self_shares": self_shares,
+        "key_shares": key_shares,
+        "public": torch.stack([_tensor(p) for p in inst.public]),
+        "weight": weight.detach().cpu().to(torch.float64),
+    }
+
+
+def _instance(group: dict[str, Any]) -> Instance:
+    return Instance(
+        members=[int(u) for u in group["members"]],
+        t=int(group["t"]),
+        nonce_pair=_bytes(group["nonce_pair"]),
+        nonce_self=_bytes(group["nonce_self"]),
+        self_shares=group["self_shares"],
+        key_shares=group["key_shares"],
+        public=[_bytes(p) for p in group["public"]],
+    )
+
+
+def _tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    return bytes(t.to(torch.uint8).tolist())

@@ -20,7 +20,7 @@ import torch
 
 from bench.errors import require, require_number, require_positive_int
 from bench.registry import Registry
-from bench.simulation.hooks import DefenseHooks, RoundContext, overridden_hooks
+from bench.simulation.hooks import Aggregator, DefenseHooks, RoundContext, overridden_hooks
 
 if TYPE_CHECKING:
     from bench.data.stacked import NodeBatch, NodeData
@@ -129,6 +129,12 @@ class Protocol(ABC):
     def init_state(self, theta0: torch.Tensor) -> State:
         """State at round 0 from the stacked initial parameters ``[N, P]``."""
         return {"theta": theta0.clone()}
+
+    def aggregation_rule(self, kind: str, ctx: RoundContext) -> Aggregator:
+        """The receivers' rule ``aggregate(own, delivered) -> new`` for delivered messages of
+        ``kind`` at ``ctx`` (what the protocol hands the channel, and what the channel audit
+        hands a fresh defense when it replays an aggregation, :mod:`bench.runner.audit`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no aggregation of {kind} messages")
 
     @abstractmethod
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:

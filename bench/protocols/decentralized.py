@@ -17,7 +17,7 @@ import torch
 
 from bench.errors import require, require_positive_int
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, State, check_batch, check_lr
-from bench.simulation.hooks import RoundContext
+from bench.simulation.hooks import Aggregator, RoundContext
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:
@@ -32,8 +32,13 @@ class _Gossiping(Protocol):
         for k in range(steps):
             ctx = RoundContext(t, k)
             delivered = c.channel.send(MessageBatch.broadcast(t, k, kind, x, c.edges), ctx)
-            x = c.channel.aggregate(c.mixer.mix, x, delivered, ctx)
+            x = c.channel.aggregate(self.aggregation_rule(kind, ctx), x, delivered, ctx)
         return x
+
+    def aggregation_rule(self, kind: str, ctx: RoundContext) -> Aggregator:
+        """Gossip mixing ``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}``."""
+        assert self.context.mixer is not None
+        return self.context.mixer.mix
 
 
 @PROTOCOLS.register("dpsgd", "D-PSGD: local SGD step(s) then K gossip steps of full models (Lian et al.)")

@@ -33,7 +33,7 @@ from bench.protocols.base import (
     check_lr,
 )
 from bench.registry_utils import require_choice
-from bench.simulation.hooks import RoundContext
+from bench.simulation.hooks import Aggregator, RoundContext
 from bench.simulation.messages import SERVER, MessageBatch
 
 if TYPE_CHECKING:
@@ -138,14 +138,23 @@ class _Federated(Protocol):
     ) -> torch.Tensor:
         """The server's rule ``Σ_c p_c m_c`` over the delivered uploads (rows in client order), as
         wrapped by the defense."""
-        weights = self.weights(clients)
-        sent = self._routes(clients)[2]
+        ctx = RoundContext(t, 1, clients)
+        return self.context.channel.aggregate(
+            self.aggregation_rule(delivered.kind, ctx), received, delivered, ctx
+        )
+
+    def aggregation_rule(self, kind: str, ctx: RoundContext) -> Aggregator:
+        """The server's weighted mean ``Σ_c p_c m_c`` over the uploads of the clients ``ctx.nodes``
+        (rows in client order)."""
+        assert ctx.nodes is not None
+        weights = self.weights(ctx.nodes)
+        sent = self._routes(ctx.nodes)[2]
 
         def weighted_mean(own: torch.Tensor, msgs: MessageBatch) -> torch.Tensor:
             rows = msgs.payload if msgs.edges is sent else msgs.payload[msgs.edges[:, 0]]
             return weights @ rows
 
-        return self.context.channel.aggregate(weighted_mean, received, delivered, RoundContext(t, 1, clients))
+        return weighted_mean
 
 
 @PROTOCOLS.register("fedsgd", "FedSGD: clients send minibatch gradients, the server averages and steps")

@@ -58,7 +58,7 @@ from bench.errors import BenchInputError, require, require_number, require_posit
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
 from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
 from bench.registry_utils import require_choice
-from bench.simulation.hooks import HOOK_NAMES, RoundContext, overridden_hooks
+from bench.simulation.hooks import HOOK_NAMES, Aggregator, RoundContext, overridden_hooks
 from bench.simulation.kernels import kernel, prox_step, quadratic_step
 from bench.simulation.messages import MessageBatch
 
@@ -330,7 +330,7 @@ class PDMM(Protocol):
         msgs = MessageBatch(t, 1, "delta_z" if self.differential else "z", payload, e.src, e.deliveries)
         ctx = RoundContext(t, 1)
         got = channel.send(msgs, ctx)
-        z_new = channel.aggregate(self.integrate, z, got, ctx)
+        z_new = channel.aggregate(self.aggregation_rule(got.kind, ctx), z, got, ctx)
         state["z"], state["theta"] = z_new, w
         if self.record_trajectory:
             self.trajectory["w"].append(w.detach().cpu().clone())
@@ -370,6 +370,10 @@ class PDMM(Protocol):
             return got.payload if order is None else got.payload.index_select(0, order)
         rows = got.edges[:, 0]
         return got.payload.index_select(0, rows if order is None else rows.index_select(0, order))
+
+    def aggregation_rule(self, kind: str, ctx: RoundContext) -> Aggregator:
+        """The receivers' integration :meth:`integrate`."""
+        return self.integrate
 
     def integrate(self, z: torch.Tensor, got: MessageBatch) -> torch.Tensor:
         """The receivers' rule: row ``r = (j → i)`` of ``z`` (``z_{j|i}``, held by ``i``) becomes

@@ -30,7 +30,7 @@ from bench.errors import require_number, require_positive_int
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, State, check_batch
 from bench.protocols.federated import _Federated
 from bench.registry_utils import require_choice
-from bench.simulation.hooks import RoundContext
+from bench.simulation.hooks import Aggregator, RoundContext
 from bench.simulation.messages import SERVER, MessageBatch
 
 if TYPE_CHECKING:
@@ -90,6 +90,14 @@ class CentralizedPDMM(_Federated):
         n = mask.sum(1, keepdim=True).to(w.dtype)
         return g * n, loss * n[:, 0]
 
+    def aggregation_rule(self, kind: str, ctx: RoundContext) -> Aggregator:
+        """The server's average ``w_s = (1/N) Σ_i z_{i|s}`` of the uploads (thesis §5.1.1)."""
+
+        def server_average(own: torch.Tensor, msgs: MessageBatch) -> torch.Tensor:
+            return msgs.payload[msgs.edges[:, 0]].mean(0)
+
+        return server_average
+
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None
         c = self.context
@@ -107,10 +115,8 @@ class CentralizedPDMM(_Federated):
         clients = torch.arange(c.n_nodes, device=w.device)
         delivered = self.upload(t, state, "z_is", clients, 2 * w - z_si)
 
-        def server_average(own: torch.Tensor, msgs: MessageBatch) -> torch.Tensor:
-            return msgs.payload[msgs.edges[:, 0]].mean(0)
-
-        w_s = c.channel.aggregate(server_average, state["global"], delivered, RoundContext(t, 1))
+        ctx = RoundContext(t, 1)
+        w_s = c.channel.aggregate(self.aggregation_rule(delivered.kind, ctx), state["global"], delivered, ctx)
         z_is = delivered.payload[delivered.edges[:, 0]]
         back = MessageBatch(
             t, 2, "z_si", 2 * w_s - z_is, torch.full_like(clients, SERVER), torch.stack([clients, clients], 1)

@@ -54,6 +54,7 @@ PRELOAD = (
     "torch",
     "pytorch_lightning",
     "bench.runner.sim_worker",
+    "bench.runner.audit",
     "bench.runner.attack_worker",
     "bench.runner.probe",
     "bench.runner.warm",

@@ -38,10 +38,12 @@ from bench.results.record import AttackOutcome, JobResult
 from bench.runner import isolation
 from bench.runner.adaptive import PlannedAttack, with_adaptive
 from bench.runner.attack_worker import attack as attack_entry
+from bench.runner.audit import audit
 from bench.runner.probe import DefensePlan
 from bench.runner.sim_worker import simulate
 from bench.runner.truth import RunDataCache, Scorer
 from bench.scoring import privacy_score
+from bench.simulation.aggregation_log import DEFAULT_BUDGET
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import with_protocol_overrides
 from bench.specs import RunSpec, TaskSpec
@@ -203,6 +205,7 @@ def run_job(
                 "record": record_plan(attacks),
                 "progress": progress,
                 "log_dir": None,
+                "audit": DEFAULT_BUDGET,
             },
             threads=threads,
             label="simulation",
@@ -214,6 +217,16 @@ def run_job(
                 **base,
                 status="failed",
                 reason=str(sim.get("reason"))[:300],
+                runtime_s=time.perf_counter() - start,
+                provenance=prov,
+            )
+        refused = _audit(job, root, sim, threads, pool)
+        if refused is not None:
+            prov["audit"] = {"status": "refused", "reason": refused}
+            return JobResult(
+                **base,
+                status="failed",
+                reason=f"refused by the channel audit: {refused}"[:300],
                 runtime_s=time.perf_counter() - start,
                 provenance=prov,
             )
@@ -271,6 +284,38 @@ def run_job(
             runtime_s=time.perf_counter() - start,
             provenance={**prov, "traceback": detail},
         )
+
+
+def _audit(
+    job: Job, root: Path, sim: dict[str, Any], threads: int, pool: isolation.WorkerPool | None
+) -> str | None:
+    """Replay the simulation's logged aggregations in an audit process (:mod:`.audit`): ``None``
+    when they passed (or the defense runs no aggregation code), else what was found."""
+    calls = sim.get("aggregations")
+    if not calls:
+        return None
+    spec = job.spec
+    answer = _isolated(
+        pool,
+        ("audit", spec.defense.name, job.plan.digest),
+        audit,
+        {
+            "task": spec.task.model_dump_json(),
+            "seed": spec.seed,
+            "defense": {
+                "name": spec.defense.name,
+                "params": dict(spec.defense.params),
+                "source": blob(job.plan.source),
+                "root": str(root),
+            },
+            "calls": calls,
+        },
+        threads=threads,
+        label="channel audit",
+    )
+    if not isinstance(answer, dict) or answer.get("status") not in ("passed", "refused"):
+        return "the audit process sent no verdict"
+    return None if answer["status"] == "passed" else str(answer.get("reason"))[:250]
 
 
 def _attack_threat(

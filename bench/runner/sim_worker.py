@@ -30,7 +30,8 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         ``source``: the plugin's bytes as a :func:`~bench.wire.blob`, ``root``), ``record``
         (``rounds``: a list or ``"all"``, ``kinds``: a list or ``None``, ``totals``, ``series``:
         ``{"rounds": [...], "last": bool}``, the states kept for the scorer's series),
-        ``progress`` (Lightning's bar), ``log_dir``.
+        ``audit`` (the byte budget of the aggregation log, or ``None``), ``progress``
+        (Lightning's bar), ``log_dir``.
 
     Returns
     -------
@@ -39,7 +40,9 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         (threat → the serialized View as a blob), ``theta [N, P]``, ``global [P]`` or
         ``None``, ``rounds``,
         ``evaluations``, ``device``, ``accounting``, ``series`` (``round -> {"theta", "global"?}``:
-        the states at the start of ``record["series"]``'s rounds).
+        the states at the start of ``record["series"]``'s rounds), ``aggregations`` (the
+        logged aggregations the channel audit replays, :mod:`bench.runner.audit`; ``None`` when the
+        defense runs no aggregation code of its own).
     """
     quiet_lightning()
     task = TaskSpec.model_validate_json(request["task"])
@@ -57,6 +60,7 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         record_totals=record["totals"],
         series_rounds=record.get("series", {}).get("rounds", ()),
         series_last=bool(record.get("series", {}).get("last", False)),
+        audit=request.get("audit"),
     )
     log_dir = request.get("log_dir")
     try:
@@ -79,4 +83,5 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         "device": str(sim.device),
         "accounting": defense.accounting(),
         "series": {int(t): {k: v.cpu() for k, v in snap.items()} for t, snap in sim.series.items()},
+        "aggregations": None if sim.channel.audit is None else sim.channel.audit.calls,
     }

@@ -23,6 +23,7 @@ from bench.errors import BenchInputError
 from bench.protocols import PROTOCOLS, Protocol
 from bench.protocols.base import ProtocolContext
 from bench.registry_utils import call_with_params, check_params
+from bench.simulation.aggregation_log import AggregationLog
 from bench.simulation.channel import Channel
 from bench.simulation.config import DTYPES, SimulationConfig
 from bench.simulation.flat import build_flat_model, output_size
@@ -100,6 +101,9 @@ class Simulation:
         :attr:`series` — with ``series_last``, also the last round the run ran — for the scorer's
         per-round series (generalization error and consensus distance at the rounds a
         membership attack scores).
+    audit:
+        Byte budget of the log of aggregations the channel audit replays (:mod:`.aggregation_log`,
+        :mod:`bench.runner.audit`); ``None``: nothing is logged.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Simulation:
         topology: Topology | None = None,
         series_rounds: Iterable[int] = (),
         series_last: bool = False,
+        audit: int | None = None,
     ) -> None:
         cfg = config if isinstance(config, SimulationConfig) else SimulationConfig(**config)
         self.hooks = hooks or DefenseHooks()
@@ -165,7 +170,7 @@ class Simulation:
         self.transcript = Transcript(
             dict(self.threats), Rounds.of(record_rounds), kinds, totals=frozenset(record_totals)
         )
-        self.channel = Channel(self.hooks, adversary, self.transcript)
+        self.channel = Channel(self.hooks, adversary, self.transcript, audit=AggregationLog.of(audit))
 
         self.protocol_context = ProtocolContext(
             n_nodes=cfg.nodes,

@@ -38,6 +38,10 @@ class MessageBatch:
     node_broadcast:
         ``True`` when row ``i`` is node ``i``'s message to all of its neighbours in the
         communication graph (the layout gossip mixing can use as one matrix product).
+    extra:
+        Plain data (:mod:`bench.wire`) a defense sends along with the batch and its receivers
+        read (e.g. the unmasking shares of secure aggregation): part of what is delivered, so
+        the channel audit replays it with the messages.
     """
 
     round: int
@@ -48,6 +52,7 @@ class MessageBatch:
     edges: torch.Tensor
     secure: bool = False
     node_broadcast: bool = False
+    extra: dict[str, Any] | None = None
 
     @classmethod
     def broadcast(
@@ -156,6 +161,7 @@ class MessageBatch:
             "edges": self.edges,
             "secure": bool(self.secure),
             "node_broadcast": bool(self.node_broadcast),
+            "extra": self.extra,
         }
 
     @classmethod

@@ -60,7 +60,9 @@ def rows(
         ranked = not pd.isna(rec.get("rank"))
         note = ""
         if not ranked:
-            if int(rec.get("seeds", 0)) < 1:
+            if bool(rec.get("refused", False)):
+                note = "refused by the channel audit"
+            elif int(rec.get("seeds", 0)) < 1:
                 note = "no successful seed"
             elif not bool(rec.get("claimed", True)):
                 note = "threat not claimed by the defense"

@@ -86,13 +86,17 @@ def defense(name: str, **params: Any) -> Defense:
     return build_defense(name, params, REPO)
 
 
-def run(key: str, hooks: DefenseHooks | None = None, seed: int = 0, **overrides: Any) -> Simulation:
-    """Run protocol configuration ``key`` (with ``hooks``), recording every round and message."""
+def run(
+    key: str, hooks: DefenseHooks | None = None, seed: int = 0, audit: bool = False, **overrides: Any
+) -> Simulation:
+    """Run protocol configuration ``key`` (with ``hooks``), recording every round and message
+    (``audit``: and logging every aggregation that runs defense code, for the channel audit)."""
     sim = Simulation(
         config(key, seed=seed, **overrides),
         hooks=hooks,
         threats={"all": Everything()},
         record_rounds="all",
+        audit=2**40 if audit else None,
     )
     rounds = sim.config.rounds
     for _ in range(rounds):

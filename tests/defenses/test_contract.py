@@ -8,6 +8,9 @@ registered defense changes what it claims to change.
 * Every registered defense, in each of its :attr:`examples` and each configuration of the
   ``quick`` and ``standard`` suites, run on every protocol it applies to, differs from the
   undefended run (in the transcript or the state); a defense that changes nothing is a bug.
+* Each of those runs passes the channel audit (:mod:`bench.runner.audit`): every aggregation of
+  every round, recomputed by a new instance of the defense from the receivers' own states and the
+  delivered messages alone, gives what the run gave, and each gossip aggregation is row-local.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from defense_runs import PROTOCOL_CONFIGS, REPO, defense, differs, protocol_of, 
 
 from bench.catalog import Catalog
 from bench.defenses_api import DEFENSES, load_all_defenses
+from bench.runner.audit import replay
 from bench.simulation.hooks import HOOK_NAMES, DefenseHooks
 from bench.simulation.messages import SERVER
 
@@ -106,7 +110,12 @@ def test_a_defense_changes_every_protocol_it_applies_to(name, params):
         if d.applies_to(protocol_name, protocol) is not None:
             continue
         rounds = max(8, int(params.get("max_rounds", 0)) + 2)
-        assert differs(run(key, d, rounds=rounds), run(key, None, rounds=rounds)), f"{name}{params} on {key}"
+        defended = run(key, d, rounds=rounds, audit=True)
+        assert differs(defended, run(key, None, rounds=rounds)), f"{name}{params} on {key}"
+        if defended.channel.audit is not None:
+            assert defended.channel.audit.calls, f"{name}{params} on {key}: nothing logged"
+            found = replay(defense(name, **params), defended.config, defended.channel.audit.calls)
+            assert found is None, f"{name}{params} on {key}: {found}"
         applied.append(key)
     assert applied, f"{name}{params} applies to no protocol"
 
