@@ -16,10 +16,17 @@ that drift of this VM's speed hits both alike; the script prints per-task totals
 ``isolated / in-process − 1`` and checks that both produced the same numbers (utility,
 leakages) — the isolation changes where code runs, not what it computes.
 
+With ``--audit`` the two ways are instead the isolated jobs *with* the trust checks — the channel
+audit (the aggregations logged and replayed by a fresh defense in an audit process,
+:mod:`bench.runner.audit`) and the row-locality check of the send-side hooks
+(:mod:`bench.simulation.row_locality`) — and the same isolated jobs without them: the overhead is
+what the checks cost (target: at most 25 %).
+
 Usage::
 
     PYTHONPATH=. python benchmarks/harness.py            # the quick suite, one seed (36 jobs × 2)
     PYTHONPATH=. python benchmarks/harness.py --quick    # one defense per task (5 jobs × 2)
+    PYTHONPATH=. python benchmarks/harness.py --audit    # the quick suite with / without the checks
 """
 
 from __future__ import annotations
@@ -45,18 +52,26 @@ def _inline(pool: Any, key: Any, target: Any, request: Any, threads: int, label:
     return target(request)
 
 
-def run_both(jobs: list[job.Job], root: Any) -> list[tuple[job.Job, Any, float, Any, float]]:
+def run_both(
+    jobs: list[job.Job], root: Any, audit: bool = False
+) -> list[tuple[job.Job, Any, float, Any, float]]:
+    """Each job the two ways, alternating which goes first: isolated and in-process, or (``audit``)
+    isolated with the trust checks and without them."""
     pool = isolation.WorkerPool(max_idle=8)
     cache = RunDataCache(size=4)
     threads = torch.get_num_threads()
     out = []
     isolated_fn = job._isolated
+    checks = (job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE)
     try:
         for i, j in enumerate(jobs):
             order = ("iso", "ref") if i % 2 == 0 else ("ref", "iso")
             res: dict[str, tuple[Any, float]] = {}
             for mode in order:
-                job._isolated = isolated_fn if mode == "iso" else _inline
+                if audit:  # "ref": the same isolated job without the channel audit and row-locality
+                    job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE = checks if mode == "iso" else (None, None)
+                else:
+                    job._isolated = isolated_fn if mode == "iso" else _inline
                 start = time.perf_counter()
                 r = job.run_job(j, root, threads=threads, data_cache=cache, pool=pool)
                 res[mode] = (r, time.perf_counter() - start)
@@ -64,6 +79,7 @@ def run_both(jobs: list[job.Job], root: Any) -> list[tuple[job.Job, Any, float, 
             out.append((j, *res["iso"], *res["ref"]))
     finally:
         job._isolated = isolated_fn
+        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE = checks
         pool.close()
     return out
 
@@ -82,6 +98,7 @@ def same_numbers(a: Any, b: Any) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one defense per task")
+    parser.add_argument("--audit", action="store_true", help="with / without the trust checks instead")
     args = parser.parse_args()
     quiet_lightning()
     isolation.warm_up()
@@ -93,12 +110,13 @@ def main() -> None:
     for task in {s.task.name: s.task for s in specs}.values():
         validate_task(task)
     jobs, _ = plan_jobs(specs, root)
+    ways = ("checked", "unchecked") if args.audit else ("isolated", "in-process")
     print(
-        f"{len(jobs)} jobs, each run isolated and in-process; {cpu_model()}, "
+        f"{len(jobs)} jobs, each run {ways[0]} and {ways[1]}; {cpu_model()}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
     start = time.perf_counter()
-    rows = run_both(jobs, root)
+    rows = run_both(jobs, root, audit=args.audit)
     per_task: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     mismatches = 0
     for j, iso, t_iso, ref, t_ref in rows:
@@ -107,7 +125,7 @@ def main() -> None:
         acc[1] += t_ref
         acc[2] += 1
         mismatches += not same_numbers(iso, ref)
-    print(f"\n{'task':32s} {'jobs':>4s} {'isolated s':>11s} {'in-process s':>13s} {'overhead':>9s}")
+    print(f"\n{'task':32s} {'jobs':>4s} {ways[0] + ' s':>11s} {ways[1] + ' s':>13s} {'overhead':>9s}")
     for task, (a, b, n) in per_task.items():
         print(f"{task:32s} {n:4d} {a:11.2f} {b:13.2f} {a / b - 1:+9.1%}")
     tot_iso = sum(v[0] for v in per_task.values())

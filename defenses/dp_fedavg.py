@@ -74,11 +74,15 @@ class DPFedAvg(DPDefense):
     def local_update(self, new: torch.Tensor, old: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
         return old + clip_rows(new - old, self.clip_norm)
 
+    def outgoing(self, msgs: MessageBatch, ctx: RoundContext) -> MessageBatch:
+        if msgs.kind in ("gradient", "local_model"):  # one upload per round: one step accounted
+            self._rounds += 1
+        return msgs
+
     def wrap_aggregation(self, aggregate: Aggregator, ctx: RoundContext) -> Aggregator:
         def noisy_mean(own: torch.Tensor, delivered: MessageBatch) -> torch.Tensor:
             out = aggregate(own, delivered)
             assert self.sigma is not None
-            self._rounds += 1
             if self.sigma == 0:
                 return out
             # the server's noise of round t: a function of the seed and t (no stream carried from

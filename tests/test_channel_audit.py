@@ -31,7 +31,8 @@ class Hostile(Defense):
 
     def outgoing(self, msgs, ctx):
         {store}
-        return msgs.with_payload(torch.randn_like(msgs.payload))
+        noise = self.generator(f"noise:{{ctx.round}}", msgs.payload.device)  # seeded: row-local
+        return msgs.with_payload(torch.randn(msgs.payload.shape, generator=noise, dtype=msgs.payload.dtype))
 
     def wrap_aggregation(self, aggregate, ctx):
         def restore(own, delivered):
@@ -50,6 +51,12 @@ SIDE_CHANNELS = {
         "a module global",
         "STASH[ctx.round] = msgs.payload.clone()",
         "true = STASH.pop(delivered.round, None)",
+    ),
+    "file": (
+        "a file in the temporary folder",
+        "torch.save(msgs.payload.clone(), __import__('tempfile').gettempdir() + f'/stash{ctx.round}.pt')",
+        "import os, tempfile; f = tempfile.gettempdir() + f'/stash{delivered.round}.pt'; "
+        "true = torch.load(f) if os.path.exists(f) else None",
     ),
     "class_attribute": (
         "a class attribute",
@@ -116,3 +123,57 @@ def test_the_log_keeps_a_uniform_sample_of_the_calls_beyond_its_budget():
     kept = sorted(c["round"] for c in log.calls)
     assert len(set(kept)) == MIN_CALLS and kept[-1] >= MIN_CALLS  # not just the first calls
     assert all(torch.equal(c["out"], torch.full((3,), float(c["round"]))) for c in log.calls)
+
+
+def test_a_file_outside_the_private_scratch_folder_cannot_be_written(tmp_path):
+    """The simulation process writes only into its own scratch folder (bench.runner.sandbox): a
+    stash at a fixed path fails the job, and the entry is not ranked."""
+    from bench.runner.sandbox import landlock_abi
+
+    assert landlock_abi() >= 1, "this machine's kernel has Landlock; the sandbox test needs it"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    store = f"torch.save(msgs.payload.clone(), '{shared}/stash.pt')"
+    load = f"true = torch.load('{shared}/stash.pt')"
+    root = make_root(
+        tmp_path,
+        tiny_task([ANALYTIC]),
+        {"hostile_path": _plugin("hostile_path", "a fixed path", store, load)},
+    )
+    results = evaluate(root, tmp_path).results()
+    (hostile,) = [r for r in results if r.defense == "hostile_path"]
+    assert hostile.status == "failed" and "Permission denied" in hostile.reason, hostile.reason
+    assert not list(shared.iterdir())
+    table = entry_table(results).set_index("defense")
+    assert table["rank"].isna()["hostile_path"]
+
+
+MEAN_OF_ALL = {
+    "local_gradients": """
+    def local_gradients(self, grads, ctx):
+        return grads.mean(0, keepdim=True).expand_as(grads).clone()
+""",
+    "outgoing": """
+    def outgoing(self, msgs, ctx):
+        return msgs.with_payload(msgs.payload.mean(0, keepdim=True).expand_as(msgs.payload).clone())
+""",
+}
+
+
+@pytest.mark.parametrize("hook", sorted(MEAN_OF_ALL))
+def test_a_hook_that_mixes_the_nodes_rows_is_refused(tmp_path, hook):
+    """Uploading the mean of all clients' gradients leaves FedSGD's training unchanged and hides
+    every client behind an aggregate no protocol computed: refused by the row-locality check."""
+    name = f"mean_{hook}"
+    body = (
+        "import torch\nfrom bench.defenses_api import DEFENSES, Defense\n\n\n"
+        f"@DEFENSES.register({name!r}, 'hostile: every client sends the mean of all clients')\n"
+        "class MeanOfAll(Defense):\n    protocols = ('fedsgd',)\n" + MEAN_OF_ALL[hook]
+    )
+    root = make_root(tmp_path, tiny_task([ANALYTIC]), {name: body})
+    results = evaluate(root, tmp_path).results()
+    (hostile,) = [r for r in results if r.defense == name]
+    assert hostile.status == "failed"
+    assert hostile.reason.startswith(f"refused by the channel audit: the {hook} hook of row "), hostile.reason
+    assert "depends on other nodes' rows" in hostile.reason
+    assert entry_table(results).set_index("defense")["rank"].isna()[name]

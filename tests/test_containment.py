@@ -162,26 +162,37 @@ def test_a_defense_cannot_change_how_it_is_scored(tmp_path):
 
 
 def test_defense_code_runs_only_in_the_simulation_process(tmp_path):
+    """The plugin runs in the probe and in the simulation process, never in the scorer's. The
+    simulation process is sandboxed (bench.runner.sandbox): its attempt to write the marker file
+    fails, so it reports its process id through its accounting instead."""
     marker = tmp_path / "pids.txt"
     source = f"""
         import os
         from bench.defenses_api import DEFENSES, Defense
 
-        with open({str(marker)!r}, "a") as f:
-            f.write(str(os.getpid()) + "\\n")
+        try:
+            with open({str(marker)!r}, "a") as f:
+                f.write(str(os.getpid()) + "\\n")
+        except PermissionError:
+            pass  # the sandboxed simulation process
 
         @DEFENSES.register("spy", "records the process it runs in")
         class Spy(Defense):
             def outgoing(self, msgs, ctx):
                 return msgs.with_payload(msgs.payload * 1.0001)
+
+            def accounting(self):
+                return {{"pid": os.getpid()}}
     """
     root = make_root(tmp_path, tiny_task([ANALYTIC]), {"spy": source})
-    evaluate(root, tmp_path)
-    pids = {int(p) for p in marker.read_text().split()}
+    store = evaluate(root, tmp_path)
+    (probe,) = {int(p) for p in marker.read_text().split()}  # the simulation could not write
+    (spy,) = [r for r in store.results() if r.defense == "spy"]
+    simulation = int(spy.accounting["pid"])
     import os
 
-    assert os.getpid() not in pids  # probe + simulation processes, never the scorer's
-    assert len(pids) == 2
+    assert os.getpid() not in (probe, simulation) and probe != simulation
+    assert spy.provenance["sandbox"].startswith("landlock")
 
 
 def test_the_view_holds_no_private_knowledge_and_no_model_object():

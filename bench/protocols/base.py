@@ -21,6 +21,7 @@ import torch
 from bench.errors import require, require_number, require_positive_int
 from bench.registry import Registry
 from bench.simulation.hooks import Aggregator, DefenseHooks, RoundContext, overridden_hooks
+from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:
     from bench.data.stacked import NodeBatch, NodeData
@@ -135,6 +136,15 @@ class Protocol(ABC):
         ``kind`` at ``ctx`` (what the protocol hands the channel, and what the channel audit
         hands a fresh defense when it replays an aggregation, :mod:`bench.runner.audit`)."""
         raise NotImplementedError(f"{type(self).__name__} has no aggregation of {kind} messages")
+
+    def delivery_slots(self, delivered: MessageBatch, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where each delivery of ``delivered`` enters the undefended rule
+        :meth:`aggregation_rule`, which is linear in every delivered message: the row of the
+        rule's output it lands in ``[E]`` (``0`` for a server's single output) and its coefficient
+        ``c_e`` ``[E]``, so that ``aggregate(own, D) − aggregate(own, D with m_e = 0)`` is
+        ``c_e m_e`` in that row. What an insider's own code makes of a delivered message is read
+        through it (:mod:`bench.simulation.decoding`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not declare its delivery slots")
 
     @abstractmethod
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:

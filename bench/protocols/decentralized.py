@@ -40,6 +40,12 @@ class _Gossiping(Protocol):
         assert self.context.mixer is not None
         return self.context.mixer.mix
 
+    def delivery_slots(self, delivered: MessageBatch, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Delivery ``u → v`` lands in row ``v`` with coefficient ``W_vu``."""
+        assert self.context.mixer is not None
+        recv, send = delivered.receivers, delivered.edge_senders
+        return recv, self.context.mixer.W.to(delivered.payload.device)[recv, send]
+
 
 @PROTOCOLS.register("dpsgd", "D-PSGD: local SGD step(s) then K gossip steps of full models (Lian et al.)")
 class DPSGD(_Gossiping):

@@ -156,6 +156,13 @@ class _Federated(Protocol):
 
         return weighted_mean
 
+    def delivery_slots(self, delivered: MessageBatch, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client ``c``'s upload lands in the server's output with coefficient ``p_c``."""
+        assert ctx.nodes is not None
+        senders = delivered.edge_senders
+        position = torch.searchsorted(ctx.nodes.to(senders.device), senders)
+        return torch.zeros_like(senders), self.weights(ctx.nodes).to(senders.device)[position]
+
 
 @PROTOCOLS.register("fedsgd", "FedSGD: clients send minibatch gradients, the server averages and steps")
 class FedSGD(_Federated):

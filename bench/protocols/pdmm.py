@@ -375,6 +375,12 @@ class PDMM(Protocol):
         """The receivers' integration :meth:`integrate`."""
         return self.integrate
 
+    def delivery_slots(self, delivered: MessageBatch, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """The increment sent along slot ``s = (i → j)`` lands in row ``rev(s)`` (``z_{i|j}``,
+        held by ``j``) with coefficient 1 (the full edge state a receive-side defense gets)."""
+        rows = self.edges.rev.to(delivered.edges.device)[: len(delivered)]  # delivery d: slot d
+        return rows, torch.ones(len(rows), dtype=delivered.payload.dtype, device=rows.device)
+
     def integrate(self, z: torch.Tensor, got: MessageBatch) -> torch.Tensor:
         """The receivers' rule: row ``r = (j → i)`` of ``z`` (``z_{j|i}``, held by ``i``) becomes
         ``z_r + Δ`` (differential) or ``Δ`` (plain), where ``Δ`` travelled along

@@ -98,6 +98,14 @@ class CentralizedPDMM(_Federated):
 
         return server_average
 
+    def delivery_slots(self, delivered: MessageBatch, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every upload lands in the server's average with coefficient ``1/N``."""
+        n = len(delivered)
+        dev = delivered.edges.device
+        return torch.zeros(n, dtype=torch.long, device=dev), torch.full(
+            (n,), 1.0 / n, dtype=delivered.payload.dtype, device=dev
+        )
+
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None
         c = self.context

@@ -33,41 +33,53 @@ def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
     membership attack trains its reference worlds with.
 
     Returns one outcome per attack: ``{"status": "ok", "reconstructions": [...], "runtime_s"}``
-    or ``{"status": "failed", "reason", "runtime_s"}``."""
+    or ``{"status": "failed", "reason", "runtime_s"}``; when the View holds messages as the
+    adversary's own nodes decoded them (a participant under a defense with a receive side,
+    :mod:`bench.simulation.decoding`), the attack runs on that View too, and its outcome is
+    ``"decoded"`` (the parent keeps the stronger of the two)."""
     outcomes = []
     i = -1  # the index of the task's attack (a variant shares its attack's index)
     for label, name, params, module in request["attacks"]:
         i += not label.endswith(ADAPTIVE_SUFFIX)
-        start = time.perf_counter()
-        try:
-            if name not in ATTACKS:
+        if name not in ATTACKS:
+            try:
                 importlib.import_module(module)
-            view = View.from_bytes(request["view"])
-            torch.manual_seed(derive_seed(int(request["seed"]), f"attack:{i}:{label}"))
-            built = build_attack(name, **params)
-            if getattr(built, "needs_candidates", False):  # a membership attack
-                candidates = request.get("candidates") or {}
-                extra = (
-                    {"population": request.get("population")}
-                    if getattr(built, "needs_population", False)
-                    else {}
-                )
-                recs = built.run(view, candidates.get("x"), candidates.get("y"), **extra)
-            else:
-                recs = built.run(view)
-            outcomes.append(
-                {
-                    "status": "ok",
-                    "reconstructions": [r.to_wire() for r in recs],
-                    "runtime_s": time.perf_counter() - start,
-                }
-            )
-        except Exception as exc:  # recorded with the job: an attack failure never ends the sweep
-            outcomes.append(
-                {
-                    "status": "failed",
-                    "reason": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
-                    "runtime_s": time.perf_counter() - start,
-                }
-            )
+            except Exception as exc:  # recorded with the job: an attack failure never ends the sweep
+                outcomes.append({"status": "failed", "reason": _one_line(exc), "runtime_s": 0.0})
+                continue
+        view = View.from_bytes(request["view"])
+        outcome = _run(request, i, label, name, params, view)
+        if view.decoded:  # a participant also attacks what its own nodes decoded (its keys)
+            outcome["decoded"] = _run(request, i, label, name, params, view.as_decoded())
+        outcomes.append(outcome)
     return outcomes
+
+
+def _run(
+    request: dict[str, Any], i: int, label: str, name: str, params: dict[str, Any], view: View
+) -> dict[str, Any]:
+    """One attack on one View: ``{"status": "ok", "reconstructions", "runtime_s"}`` or
+    ``{"status": "failed", "reason", "runtime_s"}``."""
+    start = time.perf_counter()
+    try:
+        torch.manual_seed(derive_seed(int(request["seed"]), f"attack:{i}:{label}"))
+        built = build_attack(name, **params)
+        if getattr(built, "needs_candidates", False):  # a membership attack
+            candidates = request.get("candidates") or {}
+            extra = (
+                {"population": request.get("population")} if getattr(built, "needs_population", False) else {}
+            )
+            recs = built.run(view, candidates.get("x"), candidates.get("y"), **extra)
+        else:
+            recs = built.run(view)
+        return {
+            "status": "ok",
+            "reconstructions": [r.to_wire() for r in recs],
+            "runtime_s": time.perf_counter() - start,
+        }
+    except Exception as exc:  # recorded with the job: an attack failure never ends the sweep
+        return {"status": "failed", "reason": _one_line(exc), "runtime_s": time.perf_counter() - start}
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

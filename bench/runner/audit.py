@@ -27,9 +27,10 @@ it keeps no state across calls (a sampled round is replayed alone), and its rand
 function of the run's seed and the call's round, step and node (:meth:`Defense.generator` with
 those in the tag), never a stream consumed call after call.
 
-What the audit does not see: a file written by the simulation process and read back by this
-one holds the same bytes in both (the OS-level sandbox that keeps the processes' files apart is
-not built yet); a send-side hook that mixes one node's data into another node's message is not
+Files: the simulation process and this one each run in a sandbox of their own
+(:mod:`bench.runner.sandbox`): each writes only into a private scratch folder that the other
+cannot read, so a file a sender writes is not there for the replay. What the audit does not see:
+a send-side hook that mixes one node's data into another node's message is not
 replayed (send-side hooks may keep state across rounds — error feedback, momentum — so they
 cannot be recomputed from a fresh instance). Both are listed in the README's scoring section.
 """
@@ -43,6 +44,7 @@ import torch
 
 from bench.data.stacked import derive_seed
 from bench.defenses_api import build_defense
+from bench.runner import isolation, sandbox
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import Simulation
 from bench.simulation.hooks import DefenseHooks, RoundContext
@@ -75,6 +77,8 @@ def audit(request: dict[str, Any]) -> dict[str, Any]:
     quiet_lightning()
     task = TaskSpec.model_validate_json(request["task"])
     d = request["defense"]
+    if isolation.IN_CHILD:  # no file of the simulation process is readable here
+        sandbox.enter("audit", readable=[d["root"]])
     root, source = Path(d["root"]), unblob(d["source"])
     defense = build_defense(d["name"], d["params"], root, source)
     cfg = task.simulation.model_copy(update={"seed": int(request["seed"])})

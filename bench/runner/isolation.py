@@ -149,8 +149,16 @@ def _answer(target: str, request: bytes) -> bytes:
         return dumps({"failed": f"the result is not plain data: {exc}", "traceback": ""})
 
 
+#: whether this process is a child started here (the sandboxed processes enter their sandbox
+#: only there, never in the parent or a caller's own process: :mod:`bench.runner.sandbox`)
+IN_CHILD = False
+
+
 def _child_setup(threads: int) -> None:
     import torch
+
+    global IN_CHILD
+    IN_CHILD = True
 
     # Ctrl-C is the parent's to handle: it stops the sweep and ends its children
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -206,6 +206,7 @@ def run_job(
                 "progress": progress,
                 "log_dir": None,
                 "audit": DEFAULT_BUDGET,
+                "row_locality": ROW_LOCALITY_RATE,
             },
             threads=threads,
             label="simulation",
@@ -220,7 +221,8 @@ def run_job(
                 runtime_s=time.perf_counter() - start,
                 provenance=prov,
             )
-        refused = _audit(job, root, sim, threads, pool)
+        prov["sandbox"] = str(sim.get("sandbox", "none"))
+        refused = next(iter(sim.get("row_locality") or []), None) or _audit(job, root, sim, threads, pool)
         if refused is not None:
             prov["audit"] = {"status": "refused", "reason": refused}
             return JobResult(
@@ -284,6 +286,10 @@ def run_job(
             runtime_s=time.perf_counter() - start,
             provenance={**prov, "traceback": detail},
         )
+
+
+#: the share of send-side hook calls whose row-locality a job checks (drawn from OS entropy)
+ROW_LOCALITY_RATE = 0.25
 
 
 def _audit(
@@ -359,10 +365,22 @@ def _attack_threat(
         return [AttackOutcome(threat, p.label, "failed", reason=exc.reason) for p in attacks]
     if not isinstance(answers, list) or len(answers) != len(attacks):
         answers = [None] * len(attacks)
-    return [
-        scorer.score(threat, p.label, p.attack.metrics, answer, grid)
-        for p, answer in zip(attacks, answers, strict=True)
-    ]
+    return [_score(scorer, threat, p, answer, grid) for p, answer in zip(attacks, answers, strict=True)]
+
+
+def _score(scorer: Scorer, threat: str, p: PlannedAttack, answer: Any, grid: Path | None) -> AttackOutcome:
+    """Score an attack's answer; where it also ran on the messages as the adversary's nodes
+    decoded them, the stronger of the two counts (``metrics["decoded_view"]`` says which)."""
+    decoded = answer.pop("decoded", None) if isinstance(answer, dict) else None
+    if decoded is None:
+        return scorer.score(threat, p.label, p.attack.metrics, answer, grid)
+    raw = scorer.score(threat, p.label, p.attack.metrics, answer, None)
+    dec = scorer.score(threat, p.label, p.attack.metrics, decoded, None)
+    use_decoded = dec.status == "ok" and (raw.status != "ok" or (dec.leakage or 0.0) > (raw.leakage or 0.0))
+    best = scorer.score(threat, p.label, p.attack.metrics, decoded if use_decoded else answer, grid)
+    if best.status == "ok":
+        best.metrics["decoded_view"] = float(use_decoded)
+    return best
 
 
 def _isolated(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.defenses_api import build_defense
+from bench.runner import isolation, sandbox
 from bench.simulation.engine import Simulation, TrainingDiverged
 from bench.simulation.lightning import quiet_lightning, run_simulation
 from bench.specs import TaskSpec
@@ -30,7 +31,8 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         ``source``: the plugin's bytes as a :func:`~bench.wire.blob`, ``root``), ``record``
         (``rounds``: a list or ``"all"``, ``kinds``: a list or ``None``, ``totals``, ``series``:
         ``{"rounds": [...], "last": bool}``, the states kept for the scorer's series),
-        ``audit`` (the byte budget of the aggregation log, or ``None``), ``progress``
+        ``audit`` (the byte budget of the aggregation log, or ``None``), ``row_locality`` (the
+        rate of send-side hook calls checked to be row-local, or ``None``), ``progress``
         (Lightning's bar), ``log_dir``.
 
     Returns
@@ -42,11 +44,14 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         ``evaluations``, ``device``, ``accounting``, ``series`` (``round -> {"theta", "global"?}``:
         the states at the start of ``record["series"]``'s rounds), ``aggregations`` (the
         logged aggregations the channel audit replays, :mod:`bench.runner.audit`; ``None`` when the
-        defense runs no aggregation code of its own).
+        defense runs no aggregation code of its own), ``sandbox`` (what this process entered,
+        :func:`bench.runner.sandbox.enter`), ``row_locality`` (the first send-side hook call
+        found to read other nodes' rows, if any).
     """
     quiet_lightning()
     task = TaskSpec.model_validate_json(request["task"])
     d = request["defense"]
+    sandboxed = sandbox.enter("simulation", readable=[d["root"]]) if isolation.IN_CHILD else "in-process"
     defense = build_defense(d["name"], d["params"], Path(d["root"]), unblob(d["source"]))
     threats = {th.name: build_threat(th.name, **th.params) for th in task.threats}
     record = request["record"]
@@ -61,6 +66,7 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         series_rounds=record.get("series", {}).get("rounds", ()),
         series_last=bool(record.get("series", {}).get("last", False)),
         audit=request.get("audit"),
+        row_locality=request.get("row_locality"),
     )
     log_dir = request.get("log_dir")
     try:
@@ -84,4 +90,6 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         "accounting": defense.accounting(),
         "series": {int(t): {k: v.cpu() for k, v in snap.items()} for t, snap in sim.series.items()},
         "aggregations": None if sim.channel.audit is None else sim.channel.audit.calls,
+        "sandbox": sandboxed,
+        "row_locality": [] if sim.row_locality is None else sim.row_locality.violations[:1],
     }

@@ -31,6 +31,7 @@ from bench.simulation.hooks import AdversaryPolicy, DefenseHooks, RoundContext, 
 from bench.simulation.metrics import consensus_distance
 from bench.simulation.mixing_op import GossipMixer
 from bench.simulation.objective import NodeObjective, default_loss
+from bench.simulation.row_locality import RowLocality
 from bench.simulation.run_data import RunData
 from bench.simulation.transcript import Rounds, Transcript
 from bench.simulation.utility import average_model, evaluate_models
@@ -104,6 +105,9 @@ class Simulation:
     audit:
         Byte budget of the log of aggregations the channel audit replays (:mod:`.aggregation_log`,
         :mod:`bench.runner.audit`); ``None``: nothing is logged.
+    row_locality:
+        Probability that a call of a send-side hook is checked to be row-local
+        (:mod:`.row_locality`); ``None``: never.
     """
 
     def __init__(
@@ -121,6 +125,7 @@ class Simulation:
         series_rounds: Iterable[int] = (),
         series_last: bool = False,
         audit: int | None = None,
+        row_locality: float | None = None,
     ) -> None:
         cfg = config if isinstance(config, SimulationConfig) else SimulationConfig(**config)
         self.hooks = hooks or DefenseHooks()
@@ -184,7 +189,10 @@ class Simulation:
             compile=cfg.compile,
         )
         self.protocol.bind(self.protocol_context)
+        self.channel.slots = self.protocol.delivery_slots
         self.hooks.bind(self.run_info())
+        #: the row-locality check of the send-side hooks (:mod:`.row_locality`), when asked for
+        self.row_locality = RowLocality(self.hooks, row_locality) if row_locality else None
         if adversary is not None:
             adversary.bind(
                 self.run_info(), self.flat, (tuple(self.train_set.mean), tuple(self.train_set.std))

@@ -22,6 +22,9 @@ class Observer:
 
     #: nodes whose own states the observer holds (corrupt nodes); empty for outsiders
     state_nodes: tuple[int, ...] = ()
+    #: receivers whose own defense code the observer runs — a participant holds its keys
+    #: (:mod:`bench.simulation.decoding`); the server is :data:`~bench.simulation.messages.SERVER`
+    insiders: tuple[int, ...] = ()
 
     def visible(self, msgs: MessageBatch) -> torch.Tensor:
         """Boolean mask ``[E]`` over ``msgs.edges``."""
@@ -178,9 +181,13 @@ class Transcript:
     states: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
     totals: frozenset[str] = frozenset()
     running: dict[str, dict[str, RunningTotal]] = field(default_factory=dict)
+    #: ``observer -> {index in messages -> the same deliveries as the observer's nodes decode
+    #: them}`` (participants only, where decoding changes something; :meth:`record_decoded`)
+    decoded: dict[str, dict[int, MessageBatch]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in self.observers:
+            self.decoded.setdefault(name, {})
             self.messages.setdefault(name, [])
             self.states.setdefault(name, {})
             self.running.setdefault(name, {})
@@ -188,24 +195,39 @@ class Transcript:
     def wants(self, round_: int) -> bool:
         return bool(self.observers) and round_ in self.rounds
 
-    def record(self, msgs: MessageBatch) -> None:
+    def record(self, msgs: MessageBatch) -> dict[str, int]:
         """Store, for every observer, the deliveries of ``msgs`` it can see (in declared rounds
-        and kinds), and add them to its running totals (every round, kinds ``totals``)."""
+        and kinds), and add them to its running totals (every round, kinds ``totals``). Returns
+        ``observer -> index`` of the batches stored."""
         keep = self.wants(msgs.round) and (self.kinds is None or msgs.kind in self.kinds)
         total = bool(self.observers) and msgs.kind in self.totals
+        stored: dict[str, int] = {}
         if not (keep or total):
-            return
+            return stored
         for name, obs in self.observers.items():
             mask = obs.visible(msgs)
             if not bool(mask.any()):
                 continue
             seen = msgs.restrict(mask)
             if keep:
+                stored[name] = len(self.messages[name])
                 self.messages[name].append(seen.detached(self.device))
             if total:  # restrict() gathered fresh rows: detaching them needs no copy
                 run = self.running[name].get(msgs.kind)
                 seen = replace(seen, payload=seen.payload.detach())
                 self.running[name][msgs.kind] = RunningTotal.start(seen) if run is None else run.add(seen)
+        return stored
+
+    def record_decoded(self, decoded: MessageBatch, stored: dict[str, int]) -> None:
+        """For the observers of ``stored`` (:meth:`record`'s answer for the same batch), keep the
+        deliveries they saw as ``decoded`` (the batch in per-edge layout, each delivery to an
+        insider as that insider's code decodes it, :mod:`bench.simulation.decoding`)."""
+        for name, index in stored.items():
+            obs = self.observers[name]
+            if not obs.insiders:
+                continue
+            mask = obs.visible(decoded)
+            self.decoded[name][index] = decoded.restrict(mask).detached(self.device)
 
     def record_states(self, round_: int, theta: torch.Tensor, final: bool = False) -> None:
         """Store the corrupt nodes' own states ``theta[state_nodes]`` at the start of a round

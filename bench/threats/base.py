@@ -33,6 +33,8 @@ class Threat(Observer):
     def __init__(self, coalition: Sequence[int] = ()) -> None:
         self.coalition = tuple(int(v) for v in coalition)
         self.state_nodes = self.coalition
+        #: the coalition's nodes decode what is delivered to them with their own keys
+        self.insiders = self.coalition
         self._coalition_t: torch.Tensor | None = None
 
     def bind(self, n_nodes: int) -> Threat:
@@ -72,4 +74,5 @@ class Threat(Observer):
             own_states=dict(transcript.states[key]),
             knowledge=knowledge,
             totals={kind: run.to(transcript.device) for kind, run in transcript.running[key].items()},
+            decoded=dict(transcript.decoded.get(key, {})),
         )

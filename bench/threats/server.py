@@ -17,6 +17,7 @@ class ServerThreat(Threat):
 
     def __init__(self) -> None:
         super().__init__(())
+        self.insiders = (SERVER,)  # it runs the server's aggregation, keys included
 
     def visible(self, msgs: MessageBatch) -> torch.Tensor:
         return (msgs.receivers == SERVER) | (msgs.edge_senders == SERVER)

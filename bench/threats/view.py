@@ -12,7 +12,7 @@ and constructor arguments and rebuilt on the attacker's side (:attr:`View.model`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +125,11 @@ class View:
         ``kind -> RunningTotal``: observed payloads of that kind summed over every round of the
         run (only for the kinds an attack declared in
         :attr:`~bench.attacks.base.Requirement.totals`).
+    decoded:
+        ``index in messages -> batch``: the same deliveries as the adversary's own nodes decode
+        them with their own defense code and keys, where that differs from what travelled
+        (participants only, :mod:`bench.simulation.decoding`); :meth:`as_decoded` is the View
+        with those batches in place.
     """
 
     threat: str
@@ -134,6 +139,12 @@ class View:
     own_states: dict[int, torch.Tensor]
     knowledge: PublicKnowledge
     totals: dict[str, RunningTotal] = field(default_factory=dict)
+    decoded: dict[int, MessageBatch] = field(default_factory=dict)
+
+    def as_decoded(self) -> View:
+        """This View with every observed batch its nodes decoded replaced by the decoded one."""
+        messages = [self.decoded.get(i, m) for i, m in enumerate(self.messages)]
+        return replace(self, messages=messages, decoded={})
 
     def rounds(self) -> list[int]:
         return sorted({m.round for m in self.messages} | set(self.own_states))
@@ -187,6 +198,7 @@ class View:
             "own_states": {int(t): s for t, s in self.own_states.items()},
             "knowledge": self.knowledge.to_wire(),
             "totals": {k: r.to_wire() for k, r in self.totals.items()},
+            "decoded": {int(i): m.to_wire() for i, m in self.decoded.items()},
         }
 
     @classmethod
@@ -200,6 +212,7 @@ class View:
                 own_states={int(t): s for t, s in data["own_states"].items()},
                 knowledge=PublicKnowledge.from_wire(data["knowledge"]),
                 totals={str(k): RunningTotal.from_wire(r) for k, r in data["totals"].items()},
+                decoded={int(i): MessageBatch.from_wire(m) for i, m in data.get("decoded", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise WireError(f"not a View: {type(exc).__name__}: {exc}") from None

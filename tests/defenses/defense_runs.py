@@ -97,6 +97,7 @@ def run(
         threats={"all": Everything()},
         record_rounds="all",
         audit=2**40 if audit else None,
+        row_locality=1.0 if audit else None,
     )
     rounds = sim.config.rounds
     for _ in range(rounds):

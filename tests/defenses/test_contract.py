@@ -10,7 +10,8 @@ registered defense changes what it claims to change.
   undefended run (in the transcript or the state); a defense that changes nothing is a bug.
 * Each of those runs passes the channel audit (:mod:`bench.runner.audit`): every aggregation of
   every round, recomputed by a new instance of the defense from the receivers' own states and the
-  delivered messages alone, gives what the run gave, and each gossip aggregation is row-local.
+  delivered messages alone, gives what the run gave, and each gossip aggregation is row-local;
+  and every call of its send-side hooks is row-local (:mod:`bench.simulation.row_locality`).
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ def test_a_defense_changes_every_protocol_it_applies_to(name, params):
         rounds = max(8, int(params.get("max_rounds", 0)) + 2)
         defended = run(key, d, rounds=rounds, audit=True)
         assert differs(defended, run(key, None, rounds=rounds)), f"{name}{params} on {key}"
+        locality = defended.row_locality
+        assert not locality.violations, f"{name}{params} on {key}: {locality.violations}"
+        assert locality.checked or not locality._wrapped, f"{name}{params} on {key}: no call was checked"
         if defended.channel.audit is not None:
             assert defended.channel.audit.calls, f"{name}{params} on {key}: nothing logged"
             found = replay(defense(name, **params), defended.config, defended.channel.audit.calls)

@@ -1,0 +1,155 @@
+"""The operating-system sandbox of the processes that run defense code.
+
+A simulation process and the channel audit's process each run the defense's code. Separate
+processes already keep their objects, module globals and class attributes apart; what they would
+still share is the machine: files, sockets, System V IPC. A child that runs defense code therefore
+enters a sandbox of its own before the first request (:func:`enter`), with the kernel's
+unprivileged mechanisms:
+
+* **Landlock** (Linux ≥ 5.13; ``landlock(7)``): the process may *write* only inside a private
+  scratch folder made for it, and *read* only the system's folders (every top-level folder but
+  ``/tmp``), Python's own paths, the benchmark root and the data folders — not another process's
+  scratch, not ``/tmp``. TCP ``bind``/``connect`` are denied (ABI ≥ 4); abstract Unix sockets and
+  signals cannot reach a process outside the sandbox (ABI ≥ 6). A Landlock domain cannot be left,
+  and ``ptrace`` (so ``/proc/<pid>/mem``) of a process outside it is denied.
+* **Namespaces** (where the process may create them, e.g. as root): a network namespace of its
+  own (no interface but a loopback that is down: no UDP or TCP to a sibling) and an IPC namespace
+  (no System V shared memory or message queue in common).
+
+Temporary files of libraries (``TMPDIR``, PyTorch's inductor cache, Matplotlib's config) are
+pointed into the scratch folder first. Where the kernel has no Landlock, :func:`enter` answers
+``"none"`` and the process runs unsandboxed; the answer is part of the job's provenance.
+
+Not covered: a pathname Unix socket in one process's scratch folder, connected to by a process
+that knows its path (Landlock has no rule for ``connect`` on a path before ABI 7's scopes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
+_PR_SET_NO_NEW_PRIVS = 38
+_O_PATH = 0o10000000
+
+# filesystem access rights (landlock.h)
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_READ = _EXECUTE | _READ_FILE | _READ_DIR
+_FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+#: the sandbox this process entered (``None``: none yet)
+_entered: str | None = None
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = (
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    )
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        version = _libc().syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
+    except (OSError, AttributeError):
+        return 0
+    return max(0, int(version))
+
+
+def _fs_rights(abi: int) -> int:
+    return _FS_BY_ABI[max(k for k in _FS_BY_ABI if k <= abi)]
+
+
+def readable_roots(extra: Iterable[str | Path] = ()) -> list[Path]:
+    """What a sandboxed process may read: every top-level folder but ``/tmp``, Python's paths,
+    the data folders and ``extra`` (the benchmark root)."""
+    roots = [Path("/") / name for name in os.listdir("/") if name != "tmp"]
+    roots += [Path(p) for p in (sys.prefix, sys.base_prefix, *sys.path) if p]
+    data = os.environ.get("BENCH_DATA")
+    roots += [Path(p) for p in (data, *extra) if p]
+    return [p for p in roots if p.exists()]
+
+
+def enter(role: str, readable: Iterable[str | Path] = ()) -> str:
+    """Sandbox this process for good (module docstring); idempotent. Returns what was entered:
+    ``"landlock+netns"``, ``"landlock"`` or ``"none"`` (no Landlock in this kernel)."""
+    global _entered
+    if _entered is not None:
+        return _entered
+    scratch = Path(tempfile.mkdtemp(prefix=f"bench-{role}-"))
+    for var in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR"):
+        os.environ[var] = str(scratch)
+    tempfile.tempdir = str(scratch)
+    abi = landlock_abi()
+    if abi < 1:
+        _entered = "none"
+        return _entered
+    namespaces = _unshare()
+    _restrict(abi, readable_roots(readable), [scratch])
+    _entered = "landlock+netns" if namespaces else "landlock"
+    return _entered
+
+
+def _unshare() -> bool:
+    try:
+        os.unshare(os.CLONE_NEWNET | os.CLONE_NEWIPC)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def _restrict(abi: int, read: list[Path], write: list[Path]) -> None:
+    libc = _libc()
+    fs = _fs_rights(abi)
+    attr = _RulesetAttr(fs, (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0, 0)
+    if abi >= 6:
+        attr.scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        for paths, rights in ((read, _READ), (write, fs)):
+            for path in paths:
+                _add_path(libc, ruleset, path, rights if path.is_dir() else rights & ~_READ_DIR)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+
+
+def _add_path(libc: ctypes.CDLL, ruleset: int, path: Path, rights: int) -> None:
+    try:
+        fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # gone or unreadable: nothing to allow
+    try:
+        rule = _PathBeneathAttr(rights, fd)
+        if libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+    finally:
+        os.close(fd)

@@ -1,0 +1,174 @@
+"""Insiders hold their keys (bench.simulation.decoding): a transform that every receiver undoes
+with a secret all nodes share hides nothing from a curious participant.
+
+Each plugin multiplies what a node sends by a secret derived from the run's seed — a sign
+pattern, a permutation, a per-coordinate scaling — and every receiver undoes it in
+``wrap_aggregation`` (a stateless receive side: it passes the channel audit). Observed on the
+wire, the messages are scrambled; decoded by the adversary's own nodes, they are plain. The
+privacy of each must equal that of the undefended run, on the server track of FedSGD and on the
+neighbours track of gossip averaging.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_containment import evaluate, make_root, tiny_task
+
+from bench.simulation import Simulation
+from bench.simulation.hooks import DefenseHooks
+from bench.simulation.messages import SERVER
+from bench.threats import build_threat
+
+_SECRET = """
+import torch
+from bench.defenses_api import DEFENSES, Defense
+
+
+@DEFENSES.register("{name}", "a secret every node shares: {what}")
+class Shared(Defense):
+    def _key(self, p, like):
+        g = torch.Generator().manual_seed(self.run.seed + 1234)
+        {key}
+        return key
+
+    def outgoing(self, msgs, ctx):
+        k = self._key(msgs.payload.shape[1], msgs.payload)
+        return msgs.with_payload({encode})
+
+    def wrap_aggregation(self, aggregate, ctx):
+        def undo(own, delivered):
+            x = delivered.payload
+            k = self._key(x.shape[1], x)
+            return aggregate(own, delivered.with_payload({decode}))
+        return undo
+"""
+
+TRANSFORMS = {
+    "sign_flips": (
+        "a secret sign per coordinate",
+        "key = (torch.randint(0, 2, (p,), generator=g) * 2 - 1).to(like.dtype); key[0] = -1",
+        "msgs.payload * k",
+        "x * k",
+    ),
+    "permutation": (
+        "a secret permutation of the coordinates",
+        "key = torch.randperm(p, generator=g); key = key if (key != torch.arange(p)).any() else key.roll(1)",
+        "msgs.payload[:, k]",
+        "x[:, torch.argsort(k)]",
+    ),
+    "scaling": (
+        "a secret per-coordinate scale",
+        "key = torch.exp(torch.randn(p, generator=g, dtype=torch.float64) * 2).to(like.dtype)",
+        "msgs.payload * k",
+        "x / k",
+    ),
+}
+
+
+def _plugin(name: str) -> str:
+    what, key, encode, decode = TRANSFORMS[name]
+    return _SECRET.format(name=name, what=what, key=key, encode=encode, decode=decode)
+
+
+GOSSIP = {
+    "name": "tiny",
+    "simulation": {
+        "dataset": "two_gaussians",
+        "dataset_params": {"n_train": 12, "n_test": 50},
+        "partition": "fixed_size",
+        "partition_params": {"n_per_node": 1},
+        "model": "logreg",
+        "nodes": 12,
+        "topology": "erdos_renyi",
+        "mixing": "metropolis_hastings",
+        "protocol": "gossip_averaging",
+        "dtype": "float64",
+        "rounds": 12,
+        "eval_every": 12,
+    },
+    "utility": {"metric": "consensus", "higher_is_better": False},
+    "threats": [
+        {
+            "name": "neighbors",
+            "params": {"coalition": [0, 1]},
+            "attacks": [{"name": "gossip_knowledge_matrix", "params": {"rounds": 12}}],
+        }
+    ],
+}
+
+FEDSGD = tiny_task([{"name": "analytic_logreg", "params": {"rounds": [0, 1]}}])
+
+
+@pytest.mark.parametrize("task", [FEDSGD, GOSSIP], ids=["fedsgd_server", "gossip_neighbors"])
+def test_a_secret_every_node_holds_earns_no_privacy_against_a_participant(tmp_path, task):
+    root = make_root(tmp_path, task, {name: _plugin(name) for name in TRANSFORMS})
+    store = evaluate(root, tmp_path)
+    results = {r.defense: r for r in store.results()}
+    (threat,) = results["none"].privacy
+    baseline = results["none"].privacy[threat]
+    assert baseline < 0.05  # the attack breaks the undefended run
+    for name in TRANSFORMS:
+        r = results[name]
+        assert r.status == "ok", (name, r.reason)  # a stateless receive side passes the audit
+        assert abs(r.privacy[threat] - baseline) < 0.02, (name, r.privacy, baseline)
+        (attack,) = r.attacks
+        assert attack.metrics["decoded_view"] == 1.0  # it took the adversary's own decoding
+
+
+class _Scale(DefenseHooks):
+    """Send ``S m`` for a fixed invertible diagonal ``S``; receivers aggregate ``S⁻¹ m``."""
+
+    def __init__(self, p: int) -> None:
+        self.s = torch.linspace(0.5, 3.0, p, dtype=torch.float64)
+
+    def outgoing(self, msgs, ctx):
+        return msgs.with_payload(msgs.payload * self.s)
+
+    def wrap_aggregation(self, aggregate, ctx):
+        return lambda own, delivered: aggregate(own, delivered.with_payload(delivered.payload / self.s))
+
+
+@pytest.mark.parametrize(
+    ("protocol", "threat", "extra"),
+    [
+        ("fedsgd", "server", {}),
+        ("dpsgd", "neighbors", {"topology": "ring"}),
+        ("pdmm", "neighbors", {"topology": "complete"}),
+    ],
+)
+def test_the_decoded_view_holds_exactly_what_was_sent_before_the_transform(protocol, threat, extra):
+    """In float64, what the insiders' code decodes equals the message before ``outgoing``: the
+    decoded View of a scaled run equals the observed View of the undefended run."""
+    cfg = {
+        "dataset": "two_gaussians",
+        "dataset_params": {"n_train": 24, "n_test": 20},
+        "partition": "fixed_size",
+        "partition_params": {"n_per_node": 4},
+        "model": "logreg",
+        "nodes": 6,
+        "rounds": 3,
+        "eval_every": 3,
+        "dtype": "float64",
+        "protocol": protocol,
+        "protocol_params": {"lr": 0.5} if protocol != "pdmm" else {"solver": "gradient_step"},
+        **extra,
+    }
+    kw = {} if threat == "server" else {"coalition": [0]}
+
+    def run(hooks):
+        sim = Simulation(cfg, hooks=hooks, threats={"t": build_threat(threat, **kw)}, record_rounds="all")
+        for _ in range(cfg["rounds"]):
+            sim.run_round(sim.batch(sim.round_index))
+        return sim.view("t")
+
+    plain = run(None)
+    p = plain.messages[0].payload.shape[1]
+    scaled = run(_Scale(p))
+    assert scaled.decoded, "nothing was decoded"
+    decoded = scaled.as_decoded()
+    insider = SERVER if threat == "server" else 0
+    for a, b in zip(plain.messages, decoded.messages, strict=True):
+        got = {int(s): x for s, x in zip(*b.received_by(insider), strict=True)}
+        for s, x in zip(*a.received_by(insider), strict=True):
+            torch.testing.assert_close(got[int(s)], x, rtol=1e-9, atol=1e-12)
