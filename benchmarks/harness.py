@@ -62,14 +62,16 @@ def run_both(
     threads = torch.get_num_threads()
     out = []
     isolated_fn = job._isolated
-    checks = (job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE)
+    checks = (job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS)
     try:
         for i, j in enumerate(jobs):
             order = ("iso", "ref") if i % 2 == 0 else ("ref", "iso")
             res: dict[str, tuple[Any, float]] = {}
             for mode in order:
                 if audit:  # "ref": the same isolated job without the channel audit and row-locality
-                    job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE = checks if mode == "iso" else (None, None)
+                    job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS = (
+                        checks if mode == "iso" else (None, None, None)
+                    )
                 else:
                     job._isolated = isolated_fn if mode == "iso" else _inline
                 start = time.perf_counter()
@@ -79,7 +81,7 @@ def run_both(
             out.append((j, *res["iso"], *res["ref"]))
     finally:
         job._isolated = isolated_fn
-        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE = checks
+        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS = checks
         pool.close()
     return out
 

@@ -207,6 +207,7 @@ def run_job(
                 "log_dir": None,
                 "audit": DEFAULT_BUDGET,
                 "row_locality": ROW_LOCALITY_RATE,
+                "audit_calls": AUDIT_CALLS,
             },
             threads=threads,
             label="simulation",
@@ -288,8 +289,11 @@ def run_job(
         )
 
 
-#: the share of send-side hook calls whose row-locality a job checks (drawn from OS entropy)
-ROW_LOCALITY_RATE = 0.25
+#: the share of send-side hook calls whose row-locality a job checks beyond each hook's first
+#: call (drawn from OS entropy)
+ROW_LOCALITY_RATE = 0.1
+#: the aggregations of a job the channel audit replays at most (a uniform sample from OS entropy)
+AUDIT_CALLS = 8
 
 
 def _audit(

@@ -31,7 +31,8 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         ``source``: the plugin's bytes as a :func:`~bench.wire.blob`, ``root``), ``record``
         (``rounds``: a list or ``"all"``, ``kinds``: a list or ``None``, ``totals``, ``series``:
         ``{"rounds": [...], "last": bool}``, the states kept for the scorer's series),
-        ``audit`` (the byte budget of the aggregation log, or ``None``), ``row_locality`` (the
+        ``audit`` (the byte budget of the aggregation log, or ``None``), ``audit_calls`` (the
+        most calls it keeps, a uniform sample), ``row_locality`` (the
         rate of send-side hook calls checked to be row-local, or ``None``), ``progress``
         (Lightning's bar), ``log_dir``.
 
@@ -67,6 +68,7 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         series_last=bool(record.get("series", {}).get("last", False)),
         audit=request.get("audit"),
         row_locality=request.get("row_locality"),
+        audit_calls=request.get("audit_calls"),
     )
     log_dir = request.get("log_dir")
     try:

@@ -7,10 +7,12 @@ wrapped aggregation returned. Everything is plain data (:mod:`bench.wire`), copi
 the simulation process can hand it to the audit process (:mod:`bench.runner.audit`), which
 recomputes each output from a fresh defense.
 
-The log is bounded by a byte budget: while the run's calls fit, every call is kept; beyond it, a
-uniform sample of the calls (reservoir sampling, Vitter's Algorithm R) whose draws come from the
-operating system's entropy, not from any seeded stream — so the defense, which runs in the same
-process, cannot know when it aggregates whether that call will be audited.
+The log keeps at most ``max_calls`` calls and ``budget`` bytes: while the run's calls fit, every
+call is kept; beyond, a uniform sample of them (reservoir sampling, Vitter's Algorithm R) whose
+draws come from the operating system's entropy, not from any seeded stream — so the defense, which
+runs in the same process, cannot know when it aggregates whether that call will be audited. A
+receive side that cheats in a fraction ``f`` of ``n`` calls escapes a sample of ``k`` with
+probability about ``(1 − f)^k``: every cheating call is caught at ``f = 1``.
 """
 
 from __future__ import annotations
@@ -32,18 +34,20 @@ MIN_CALLS = 4
 
 @dataclass
 class AggregationLog:
-    """Logged aggregations of one run within ``budget`` bytes (module docstring)."""
+    """Logged aggregations of one run: at most ``max_calls`` of them within ``budget`` bytes
+    (module docstring; ``max_calls=None``: as many as fit)."""
 
     budget: int = DEFAULT_BUDGET
+    max_calls: int | None = None
     calls: list[dict[str, Any]] = field(default_factory=list)
     seen: int = 0
     _capacity: int | None = None
     _draw: random.SystemRandom = field(default_factory=random.SystemRandom, repr=False)
 
     @classmethod
-    def of(cls, budget: int | None) -> AggregationLog | None:
-        """``None`` (no log) for ``None``; else a log of ``budget`` bytes."""
-        return None if budget is None else cls(int(budget))
+    def of(cls, budget: int | None, max_calls: int | None = None) -> AggregationLog | None:
+        """``None`` (no log) for ``None``; else a log of ``budget`` bytes and ``max_calls`` calls."""
+        return None if budget is None else cls(int(budget), max_calls)
 
     def record(
         self, kind: str, ctx: RoundContext, own: torch.Tensor, delivered: MessageBatch, out: Any
@@ -60,6 +64,8 @@ class AggregationLog:
         if self._capacity is None:
             size = _nbytes(entry)
             self._capacity = max(MIN_CALLS, self.budget // max(1, size))
+            if self.max_calls is not None:
+                self._capacity = min(self._capacity, max(1, int(self.max_calls)))
         self.calls.append(entry)
 
     @staticmethod

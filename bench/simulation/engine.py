@@ -108,6 +108,8 @@ class Simulation:
     row_locality:
         Probability that a call of a send-side hook is checked to be row-local
         (:mod:`.row_locality`); ``None``: never.
+    audit_calls:
+        At most this many aggregations are logged (a uniform sample; ``None``: all that fit).
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class Simulation:
         series_last: bool = False,
         audit: int | None = None,
         row_locality: float | None = None,
+        audit_calls: int | None = None,
     ) -> None:
         cfg = config if isinstance(config, SimulationConfig) else SimulationConfig(**config)
         self.hooks = hooks or DefenseHooks()
@@ -175,7 +178,9 @@ class Simulation:
         self.transcript = Transcript(
             dict(self.threats), Rounds.of(record_rounds), kinds, totals=frozenset(record_totals)
         )
-        self.channel = Channel(self.hooks, adversary, self.transcript, audit=AggregationLog.of(audit))
+        self.channel = Channel(
+            self.hooks, adversary, self.transcript, audit=AggregationLog.of(audit, audit_calls)
+        )
 
         self.protocol_context = ProtocolContext(
             n_nodes=cfg.nodes,
