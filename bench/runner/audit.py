@@ -29,10 +29,14 @@ those in the tag), never a stream consumed call after call.
 
 Files: the simulation process and this one each run in a sandbox of their own
 (:mod:`bench.runner.sandbox`): each writes only into a private scratch folder that the other
-cannot read, so a file a sender writes is not there for the replay. What the audit does not see:
-a send-side hook that mixes one node's data into another node's message is not
-replayed (send-side hooks may keep state across rounds — error feedback, momentum — so they
-cannot be recomputed from a fresh instance). Both are listed in the README's scoring section.
+cannot read, so a file a sender writes is not there for the replay. The send-side hooks are
+checked for row-locality in the simulation process itself (:mod:`bench.simulation.row_locality`):
+they may keep state across rounds (error feedback, momentum), so a fresh instance could not
+recompute them.
+
+What the audit does not see: a plugin that rewrites bench's own objects in the simulation
+process (the channel, this log) — the log is written where the defense runs, so, like a plugin
+that rewrote the protocol's code, that is caught in review, not here (``docs/architecture.md``).
 """
 
 from __future__ import annotations
