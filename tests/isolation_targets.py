@@ -53,3 +53,15 @@ def hostile_answer(request: Any) -> Any:
             os._exit(0)
         frame = frame.f_back
     raise RuntimeError("no pipe found")
+
+
+def ask_twice(request: Any) -> Any:
+    """Query the parent mid-request (as a generic attack queries the defense oracle)."""
+    from bench.runner import isolation
+
+    answers = [isolation.query({"n": n}) for n in request["ns"]]
+    try:
+        isolation.query({"fail": True})
+    except isolation.ChildFailed as exc:
+        answers.append(f"failed: {exc}")
+    return answers

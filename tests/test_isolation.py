@@ -61,3 +61,25 @@ def test_the_fork_servers_warm_up_runs():
     from bench.runner import warm
 
     warm._warm()
+
+
+def test_a_child_can_ask_the_parent_mid_request():
+    """Queries go through ``relay`` as bytes both ways; a relay's failure is the query's, not the
+    request's; without a relay every query fails."""
+    from bench.wire import dumps, loads
+
+    def relay(data: bytes) -> bytes:
+        q = loads(data)
+        if q.get("fail"):
+            raise ValueError("no")
+        return dumps({"ok": q["n"] * 10})
+
+    want = [10, 20, "failed: ValueError: no"]
+    assert isolation.call(targets.ask_twice, {"ns": [1, 2]}, relay=relay) == want
+    pool = isolation.WorkerPool()
+    try:
+        assert pool.call("k", targets.ask_twice, {"ns": [1, 2]}, relay=relay) == want
+        alone = pool.call("k", targets.ask_twice, {"ns": []})
+        assert alone == ["failed: this request has no relay for queries"]
+    finally:
+        pool.close()

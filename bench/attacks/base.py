@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from bench.registry import Registry
 from bench.threats import View
+
+if TYPE_CHECKING:
+    from bench.protocols import Protocol
 
 ATTACKS: Registry = Registry("attack")
 
@@ -161,6 +164,15 @@ class Attack(ABC):
 
     def params(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def uses_defense_oracle(self, protocol: Protocol) -> bool:
+        """Whether this configuration has a *generic* defense-aware variant on runs of
+        ``protocol``, run under the label ``<name>+oracle`` against every defense: its ``run``
+        then takes ``oracle=`` (an :class:`~bench.attacks.oracle.OracleClient`) and asks the
+        sandboxed process that runs the job's defense (:mod:`bench.runner.oracle`) for what it
+        needs of the defense — its send pipeline inside a matching objective, or reference
+        worlds trained under it — whatever the defense's name. Override in attacks that can."""
+        return False
 
     def adapt(self, defense: str, knowledge: dict[str, Any]) -> dict[str, Any] | None:
         """The parameters of this attack's *adaptive* variant against ``defense``, or ``None``

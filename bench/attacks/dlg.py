@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,6 +19,8 @@ from bench.attacks.gradients import (
     loss_name,
     parameter_leaves,
 )
+from bench.attacks.inversion.oracle_transform import GENERIC_SOURCES, DefenseTransform
+from bench.attacks.oracle import OracleClient
 from bench.attacks.targets import NODE_SOURCES, gradient_targets, source_kinds
 from bench.data.stacked import counter_hash
 from bench.errors import require, require_positive_int
@@ -29,6 +32,9 @@ from bench.threats import View
 #: losses whose last-layer gradient sign reveals the label of a single sample
 LABEL_LOSSES = ("cross_entropy", "binary_cross_entropy")
 _SEED_TAG = 0xD16  # separates DLG's initialization stream from other users of counter_hash
+
+if TYPE_CHECKING:
+    from bench.protocols import Protocol
 
 
 def idlg_label(model: FlatModel, grad: torch.Tensor, loss: str) -> int | None:
@@ -143,17 +149,56 @@ class DLG(Attack):
     def requirements(self) -> Requirement:
         return Requirement(rounds=tuple(self.rounds), kinds=source_kinds(self.source))
 
-    def run(self, view: View) -> list[Reconstruction]:
+    def uses_defense_oracle(self, protocol: Protocol) -> bool:
+        """A generic defense-aware variant for one node's gradient (not for aggregates), where
+        the protocol defines what an observer reads as that gradient."""
+        return self.source in GENERIC_SOURCES and protocol.has_observed_gradient()
+
+    def run(self, view: View, oracle: OracleClient | None = None) -> list[Reconstruction]:
+        """Invert ``view``'s gradients; with ``oracle``, the generic defense-aware variant that
+        matches ``D(∇_θ L)``, ``D`` the victim's send pipeline answered by the defense oracle
+        (:mod:`~bench.attacks.inversion.oracle_transform`).
+
+        The variant runs batched — DLG's L2 objective and L-BFGS over all victims × restarts ×
+        label hypotheses at once (:class:`~bench.attacks.inversion.dlg_batched.BatchedDLG`), one
+        oracle query per evaluation — and enumerates the labels of a classification loss: a
+        transform can hide the sign pattern iDLG reads (a rotation does), while the fit of the
+        right label through ``D`` still stands out. Other losses optimize soft targets per victim
+        as the standard attack does (one query per evaluation and victim)."""
         model = flat_model(view)
         loss = loss_name(view)
         loss_fn = loss_function(view)
         shape = input_shape(view)
+        if oracle is not None and loss in LABEL_LOSSES:
+            return self.batched_variant().run(view, oracle=oracle)
+        client = None if oracle is None else oracle.for_view(view)
+        if client is not None and client.per_sample and self.batch_size > 1:
+            raise AttackError("the defense reads per-sample gradients: use dlg_batched for batches")
         recs = []
         with torch.enable_grad():
             for t in self.rounds:
                 for target in gradient_targets(view, t, self.source):
-                    recs.append(self.invert(target, model, loss, loss_fn, shape))
+                    transform = None
+                    if client is not None:
+                        where = torch.tensor([target.node]), torch.tensor([target.round])
+                        transform = client.transform(*where, "l2")
+                    recs.append(self.invert(target, model, loss, loss_fn, shape, transform))
         return recs
+
+    def batched_variant(self) -> Attack:
+        """This configuration as a batched DLG with enumerated labels (the generic variant)."""
+        from bench.attacks.inversion.dlg_batched import BatchedDLG  # it imports this module
+
+        return BatchedDLG(
+            rounds=self.rounds,
+            source=self.source,
+            restarts=self.restarts,
+            labels="enumerate",
+            iterations=self.iterations,
+            init_scale=self.init_scale,
+            batch_size=self.batch_size,
+            seed=self.seed,
+        )
 
     def invert(
         self,
@@ -162,8 +207,10 @@ class DLG(Attack):
         loss: str,
         loss_fn: LossFn,
         input_shape: tuple[int, ...],
+        transform: DefenseTransform | None = None,
     ) -> Reconstruction:
-        """Invert one gradient: the best of ``restarts`` L-BFGS runs."""
+        """Invert one gradient: the best of ``restarts`` L-BFGS runs (matching ``D(∇_θ L)`` with
+        the defense oracle's ``transform``)."""
         grad = target.grad.detach().clone()
         params = parameter_leaves(model, target.theta.to(grad.dtype))
         label = idlg_label(model, grad, loss) if self.batch_size == 1 else None
@@ -185,7 +232,7 @@ class DLG(Attack):
                 y_var = y0.to(grad.device).requires_grad_(True)
                 labels = _soft_labels(loss, y_var)
             variables = [x] if y_var is None else [x, y_var]
-            final, evals = self._optimize(model, loss_fn, params, grad, x, labels, variables)
+            final, evals = self._optimize(model, loss_fn, params, grad, x, labels, variables, transform)
             if not bool(torch.isfinite(x).all()):
                 final = math.inf
             if best is None or final < best[0]:
@@ -225,9 +272,18 @@ class DLG(Attack):
         x: torch.Tensor,
         labels: Callable[[], torch.Tensor],
         variables: list[torch.Tensor],
+        transform: DefenseTransform | None = None,
     ) -> tuple[float, int]:
         """Run L-BFGS on ``variables`` in place; return the final matching loss and the number of
         objective evaluations."""
+        theta = torch.cat([p.detach().reshape(-1) for p in params.values()])  # the flat layout
+
+        def distance(g: torch.Tensor) -> torch.Tensor:
+            """``‖g − grad‖²``, or ``‖D(g) − grad‖²`` through the defense oracle."""
+            if transform is None:
+                return (g - grad).pow(2).sum()
+            return transform(g.view(1, 1, -1), theta.view(1, -1), grad.view(1, -1), None).sum()
+
         opt = torch.optim.LBFGS(
             variables,
             lr=1.0,
@@ -242,15 +298,14 @@ class DLG(Attack):
             nonlocal evals
             evals += 1
             opt.zero_grad()
-            diff = dummy_gradient(model, loss_fn, params, x, labels(), create_graph=True) - grad
-            d = diff.pow(2).sum()
+            d = distance(dummy_gradient(model, loss_fn, params, x, labels(), create_graph=True))
             for v, g in zip(variables, torch.autograd.grad(d, variables), strict=True):
                 v.grad = g
             return d.detach()
 
         opt.step(closure)
         g_final = dummy_gradient(model, loss_fn, params, x.detach(), labels().detach(), create_graph=False)
-        final = float((g_final - grad).pow(2).sum())
+        final = float(distance(g_final))
         return (final if math.isfinite(final) else math.inf), evals
 
 

@@ -45,6 +45,7 @@ from bench.data.stacked import NodeData, derive_seed
 from bench.membership.lira import half_splits
 from bench.simulation.config import DTYPES, SimulationConfig
 from bench.simulation.engine import Simulation
+from bench.simulation.hooks import DefenseHooks
 from bench.simulation.run_data import RunData
 from bench.threats import build_threat
 from bench.topology import Topology
@@ -219,6 +220,7 @@ def reference_worlds_at(
     mixing: np.ndarray | None = None,
     init: torch.Tensor | None = None,
     online_candidates: int = 0,
+    hooks: DefenseHooks | None = None,
 ) -> dict[int, ReferenceModels]:
     """Train ``worlds`` replicas of the run ``cfg`` on draws of the population ``(x, y)`` once,
     up to the latest of ``rounds`` (``+1`` for ``"received"``), and return their models of each
@@ -226,7 +228,12 @@ def reference_worlds_at(
     rebuilt from ``cfg``); ``counts``: the target's local-set sizes; ``init``: one initial model
     ``[P]`` for every node of every world (default: one seeded initialization per world);
     ``online_candidates``: the first that many rows of ``(x, y)`` are the candidates, each put in
-    half of the worlds (:func:`draw_online_worlds`; default 0: offline, :func:`draw_worlds`)."""
+    half of the worlds (:func:`draw_online_worlds`; default 0: offline, :func:`draw_worlds`);
+    ``hooks``: a defense the worlds train under (its hooks on every node of every world; the
+    defense oracle runs this for the generic membership variants, :mod:`bench.runner.oracle`).
+    The worlds replicate a federated run as gossip D-PSGD on a complete graph, so a defense's
+    gradient-path hooks (``per_sample_gradients``, ``local_gradients``, ``local_update``) act as
+    in the run while its message hooks act on the gossiped models rather than on uploads."""
     if cfg.protocol not in AS_GOSSIP:
         raise ReferenceWorldError(
             f"reference worlds cannot replicate protocol '{cfg.protocol}' ({', '.join(AS_GOSSIP)})"
@@ -238,7 +245,8 @@ def reference_worlds_at(
     if len(counts) != n:
         raise ReferenceWorldError(f"{len(counts)} local-set sizes for {n} nodes")
     if (
-        complete
+        hooks is None  # a defense acts per node: no node may stand for others
+        and complete
         and params.get("local_steps", 1) == 1
         and params.get("batch_size") is None
         and len(set(counts)) == 1
@@ -271,6 +279,7 @@ def reference_worlds_at(
     threats = {"ref": build_threat("eavesdropper")} if source != "global_model" else {}
     sim = Simulation(
         ref_cfg,
+        hooks=hooks,
         threats=threats,
         record_rounds=rounds if threats else None,
         record_kinds=["model"] if threats else None,

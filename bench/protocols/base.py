@@ -146,6 +146,42 @@ class Protocol(ABC):
         through it (:mod:`bench.simulation.decoding`)."""
         raise NotImplementedError(f"{type(self).__name__} does not declare its delivery slots")
 
+    def observed_gradient(
+        self,
+        hooks: DefenseHooks,
+        theta: torch.Tensor,
+        per_sample: torch.Tensor,
+        ctx: RoundContext,
+        receiver: int,
+    ) -> torch.Tensor:
+        """What an observer at ``receiver`` reads as the gradient of the nodes ``ctx.nodes``
+        (one row each) in round ``ctx.round``, had their per-sample gradients at ``theta [n, P]``
+        been ``per_sample [n, B, P]``: the node's send pipeline through the defense's ``hooks`` —
+        :meth:`reduce_gradients`, then the protocol's own steps and ``outgoing`` — mapped back
+        to gradient space the way the gradient attacks read the message
+        (:mod:`bench.attacks.targets`). The defense oracle runs it on attacker-chosen inputs
+        (:mod:`bench.runner.oracle`); protocols without it have no generic defense-aware
+        attack."""
+        raise NotImplementedError(f"{type(self).__name__} has no observed gradient")
+
+    def has_observed_gradient(self) -> bool:
+        """Whether :meth:`observed_gradient` is defined for this configuration."""
+        return False
+
+    def reduce_gradients(
+        self, hooks: DefenseHooks, per_sample: torch.Tensor, ctx: RoundContext
+    ) -> torch.Tensor:
+        """Per-node gradients ``[n, P]`` from per-sample gradients ``[n, B, P]`` (every sample
+        real) as :meth:`gradients` forms them: ``per_sample_gradients`` (by its two parts under
+        ``weighted_per_sample``) when the defense asks for per-sample gradients, else the mean;
+        then ``local_gradients``."""
+        mask = torch.ones(per_sample.shape[:2], dtype=torch.bool, device=per_sample.device)
+        if hooks.per_sample:
+            grads = hooks.per_sample_gradients(per_sample, mask, ctx)
+        else:
+            grads = per_sample.mean(1)
+        return hooks.local_gradients(grads, ctx)
+
     @abstractmethod
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         """Run round ``t`` in place on ``state``; return per-round metrics (e.g. ``loss``)."""

@@ -17,7 +17,7 @@ import torch
 
 from bench.errors import require, require_positive_int
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, State, check_batch, check_lr
-from bench.simulation.hooks import Aggregator, RoundContext
+from bench.simulation.hooks import Aggregator, DefenseHooks, RoundContext
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:
@@ -117,6 +117,32 @@ class DPSGD(_Gossiping):
         if self.momentum:
             state["momentum"] = torch.zeros_like(theta0)
         return state
+
+    def has_observed_gradient(self) -> bool:
+        return self.local_steps == 1 and not self.momentum
+
+    def observed_gradient(
+        self,
+        hooks: DefenseHooks,
+        theta: torch.Tensor,
+        per_sample: torch.Tensor,
+        ctx: RoundContext,
+        receiver: int,
+    ) -> torch.Tensor:
+        """``(Θ − m)/η`` of the model message ``m = outgoing(local_update(Θ − η g, Θ))`` that
+        ``receiver`` gets after one local SGD step without momentum (Pasquini et al. §3.4: what
+        the neighbour-recovery source reads); other local schedules have none."""
+        if self.local_steps != 1 or self.momentum:
+            raise NotImplementedError("the observed gradient is defined for one local step without momentum")
+        assert ctx.nodes is not None
+        lr = lr_at(self.hyperparameters(), ctx.round)
+        grads = self.reduce_gradients(hooks, per_sample, RoundContext(ctx.round, 0, ctx.nodes))
+        half = hooks.local_update(theta - lr * grads, theta, RoundContext(ctx.round, 0, ctx.nodes))
+        rows = torch.arange(len(ctx.nodes), device=half.device)
+        edges = torch.stack([rows, torch.full_like(rows, int(receiver))], dim=1)
+        msgs = MessageBatch(ctx.round, 0, "model", half, ctx.nodes, edges)
+        sent = hooks.outgoing(msgs, RoundContext(ctx.round, 0, ctx.nodes)).per_edge().payload
+        return (theta - sent) / lr
 
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None

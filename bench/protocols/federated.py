@@ -33,7 +33,7 @@ from bench.protocols.base import (
     check_lr,
 )
 from bench.registry_utils import require_choice
-from bench.simulation.hooks import Aggregator, RoundContext
+from bench.simulation.hooks import Aggregator, DefenseHooks, RoundContext
 from bench.simulation.messages import SERVER, MessageBatch
 
 if TYPE_CHECKING:
@@ -196,6 +196,25 @@ class FedSGD(_Federated):
     MESSAGE_KINDS: ClassVar[dict[str, str]] = {
         "gradient": "client → server: the minibatch gradient ∇L_c(θ(t); ξ_c^t)"
     }
+
+    def has_observed_gradient(self) -> bool:
+        return True
+
+    def observed_gradient(
+        self,
+        hooks: DefenseHooks,
+        theta: torch.Tensor,
+        per_sample: torch.Tensor,
+        ctx: RoundContext,
+        receiver: int,
+    ) -> torch.Tensor:
+        """The upload itself: ``outgoing`` of the reduced gradients (step 1, to the server)."""
+        assert ctx.nodes is not None
+        grads = self.reduce_gradients(hooks, per_sample, RoundContext(ctx.round, 0, ctx.nodes))
+        rows = torch.arange(len(ctx.nodes), device=grads.device)
+        edges = torch.stack([rows, torch.full_like(rows, SERVER)], dim=1)
+        msgs = MessageBatch(ctx.round, 1, "gradient", grads, ctx.nodes, edges)
+        return hooks.outgoing(msgs, RoundContext(ctx.round, 1, ctx.nodes)).per_edge().payload
 
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None

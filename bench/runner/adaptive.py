@@ -12,6 +12,15 @@ unchanged: ``1 − max`` normalized leakage over every successful attack of the 
 (:func:`bench.scoring.privacy_score`), so an adaptive variant can only lower a score, and the
 entry table names the attack that achieved the worst case (``worst_attack``).
 
+Beside the name-keyed variants, which know only the committed defenses, every attack that can
+(:meth:`~bench.attacks.base.Attack.uses_defense_oracle`: the gradient-matching attacks on one
+node's gradient) runs a *generic* defense-aware variant ``<name>+oracle`` against every defense
+on a protocol that defines the observed gradient
+(:meth:`~bench.protocols.Protocol.observed_gradient`): it matches the defense's own send
+pipeline applied to the dummy data's gradients, asked of a sandboxed defense oracle
+(:mod:`bench.runner.oracle`) — so a defense no attack knows by name still faces an attack that
+knows what it does. The score is the worst case over all of them.
+
 The undefended baseline (``none``) has nothing to adapt to and runs the standard attacks only.
 This is RobustBench's rule for robustness claims (Croce et al. 2021: evaluate with adaptive
 attacks, report the worst) applied to privacy.
@@ -23,9 +32,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.attacks import Attack, build_attack
+from bench.protocols import Protocol
 
 #: the suffix of an adaptive variant's label in attack outcomes and table columns
 ADAPTIVE_SUFFIX = "+adaptive"
+#: the suffix of a generic defense-aware variant (the defense oracle in the objective)
+ORACLE_SUFFIX = "+oracle"
+#: the labels of variants (they share the index of the attack they vary)
+VARIANT_SUFFIXES = (ADAPTIVE_SUFFIX, ORACLE_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -54,14 +68,21 @@ class PlannedAttack:
     def adaptive(self) -> bool:
         return self.label.endswith(ADAPTIVE_SUFFIX)
 
+    @property
+    def oracle(self) -> bool:
+        """A generic defense-aware variant (it queries the defense oracle)."""
+        return self.label.endswith(ORACLE_SUFFIX)
+
 
 def with_adaptive(
     attacks: dict[str, list[tuple[str, dict[str, Any], Attack]]],
     defense: str,
     knowledge: dict[str, Any],
+    oracle: Protocol | None = None,
 ) -> dict[str, list[PlannedAttack]]:
     """The task's attacks per threat, each followed by its adaptive variant against ``defense``
-    when it has one (none for the ``none`` baseline).
+    when it has one and — with ``oracle``, the job's protocol — by its generic defense-aware
+    variant when it has one there (neither for the ``none`` baseline).
 
     Parameters
     ----------
@@ -71,6 +92,9 @@ def with_adaptive(
         The defense's registered name.
     knowledge:
         What the defense declares an adaptive attacker knows.
+    oracle:
+        The job's protocol (built with the task's parameters), or ``None``: no generic variants
+        (:meth:`~bench.attacks.base.Attack.uses_defense_oracle`).
     """
     out: dict[str, list[PlannedAttack]] = {}
     for threat, lst in attacks.items():
@@ -83,6 +107,8 @@ def with_adaptive(
                 planned.append(
                     PlannedAttack(label + ADAPTIVE_SUFFIX, name, merged, build_attack(name, **merged))
                 )
+            if oracle is not None and defense != "none" and attack.uses_defense_oracle(oracle):
+                planned.append(PlannedAttack(label + ORACLE_SUFFIX, name, dict(params), attack))
         out[threat] = planned
     return out
 
@@ -103,3 +129,13 @@ def attack_labels(attacks: list[tuple[str, dict[str, Any], Attack]]) -> list[str
         if labels.count(label) > 1:
             labels[i] = f"{label}#{labels[:i].count(label) + 1}"
     return labels
+
+
+def attack_indices(planned: list[PlannedAttack]) -> dict[str, int]:
+    """``label -> i``: the index in the task of the attack each planned label runs (a variant
+    shares its attack's index; the attack process seeds each attack by it)."""
+    out, i = {}, -1
+    for p in planned:
+        i += not p.label.endswith(VARIANT_SUFFIXES)
+        out[p.label] = i
+    return out

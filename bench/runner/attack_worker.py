@@ -15,19 +15,23 @@ from typing import Any
 import torch
 
 from bench.attacks import ATTACKS, build_attack
+from bench.attacks.oracle import OracleClient
 from bench.data.stacked import derive_seed
-from bench.runner.adaptive import ADAPTIVE_SUFFIX
+from bench.runner import isolation
+from bench.runner.adaptive import ORACLE_SUFFIX
 from bench.threats import View
 
 
 def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run each attack of ``request["attacks"]`` (``[label, name, params, module]``: the label of
-    its outcome — ``<name>+adaptive`` for a defense-aware variant —, the registered name, its
-    parameters and the module that registers it, imported when the name is not registered
-    yet) on its own copy of
-    ``request["view"]`` (a :func:`~bench.wire.blob` of the serialized View);
-    ``request["seed"]`` seeds the global RNG per attack (by the attack's index in the task and
-    its label, so that a standard attack draws the same numbers with or without variants);
+    """Run each attack of ``request["attacks"]`` on its own copy of ``request["view"]`` (a
+    :func:`~bench.wire.blob` of the serialized View). Each entry is ``[label, name, params,
+    module, index]``: the label of its outcome (``<name>+adaptive`` for a name-keyed
+    defense-aware variant, ``<name>+oracle`` for a generic one, which queries the defense oracle
+    through the parent, :mod:`bench.runner.oracle`), the registered name, its parameters, the
+    module that registers it (imported when the name is not registered yet) and the attack's
+    index in the task, which its variants share. ``request["seed"]`` seeds the global RNG per
+    attack by that index and the label, so a standard attack draws the same numbers with or
+    without variants;
     ``request["candidates"]`` (``x``, ``y``) is the pool a membership attack scores;
     ``request["population"]`` the population data and public recipe a reference-model
     membership attack trains its reference worlds with.
@@ -38,9 +42,7 @@ def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
     :mod:`bench.simulation.decoding`), the attack runs on that View too, and its outcome is
     ``"decoded"`` (the parent keeps the stronger of the two)."""
     outcomes = []
-    i = -1  # the index of the task's attack (a variant shares its attack's index)
-    for label, name, params, module in request["attacks"]:
-        i += not label.endswith(ADAPTIVE_SUFFIX)
+    for label, name, params, module, i in request["attacks"]:
         if name not in ATTACKS:
             try:
                 importlib.import_module(module)
@@ -49,7 +51,9 @@ def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
                 continue
         view = View.from_bytes(request["view"])
         outcome = _run(request, i, label, name, params, view)
-        if view.decoded:  # a participant also attacks what its own nodes decoded (its keys)
+        # a participant also attacks what its own nodes decoded (its keys) — not with the defense
+        # oracle, whose pipeline ends where the message leaves the sender, before any decoding
+        if view.decoded and not label.endswith(ORACLE_SUFFIX):
             outcome["decoded"] = _run(request, i, label, name, params, view.as_decoded())
         outcomes.append(outcome)
     return outcomes
@@ -69,7 +73,11 @@ def _run(
             extra = (
                 {"population": request.get("population")} if getattr(built, "needs_population", False) else {}
             )
+            if label.endswith(ORACLE_SUFFIX):  # reference worlds trained under the defense
+                extra["oracle"] = OracleClient(isolation.query)
             recs = built.run(view, candidates.get("x"), candidates.get("y"), **extra)
+        elif label.endswith(ORACLE_SUFFIX):  # the generic defense-aware variant
+            recs = built.run(view, oracle=OracleClient(isolation.query))
         else:
             recs = built.run(view)
         return {

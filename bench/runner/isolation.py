@@ -55,6 +55,7 @@ PRELOAD = (
     "pytorch_lightning",
     "bench.runner.sim_worker",
     "bench.runner.audit",
+    "bench.runner.oracle",
     "bench.runner.attack_worker",
     "bench.runner.probe",
     "bench.runner.warm",
@@ -153,6 +154,31 @@ def _answer(target: str, request: bytes) -> bytes:
 #: only there, never in the parent or a caller's own process: :mod:`bench.runner.sandbox`)
 IN_CHILD = False
 
+#: the pipe of this worker to the parent while it answers a request (:func:`query`)
+_PARENT: Any = None
+
+#: the first byte of a child's message to the parent: its answer, or a query for the parent to
+#: relay (:func:`query`)
+ANSWER, QUERY = b"A", b"Q"
+
+
+def query(payload: Any) -> Any:
+    """Child side: ask the parent a question mid-request and wait for the reply (plain data
+    both ways). The parent answers with the ``relay`` it passed to :meth:`Worker.request` — e.g.
+    an attack's queries to the defense oracle (:mod:`bench.runner.oracle`), which the parent
+    forwards to a sandboxed process of its own: the attack process never talks to defense code
+    directly. Raises :class:`ChildFailed` when the parent has no relay or the relay failed."""
+    from bench.wire import dumps, loads
+
+    if _PARENT is None:
+        raise ChildFailed("no parent to ask: queries are answered only in a worker of the harness")
+    _PARENT.send_bytes(QUERY + dumps(payload))
+    reply = loads(_PARENT.recv_bytes())
+    if not isinstance(reply, dict) or "ok" not in reply:
+        why = reply.get("failed") or reply.get("input_error") if isinstance(reply, dict) else None
+        raise ChildFailed(str(why or "an unreadable reply"))
+    return reply["ok"]
+
 
 def _child_setup(threads: int) -> None:
     import torch
@@ -173,9 +199,11 @@ def _exit() -> None:
 
 def _child_main(target: str, request: bytes, conn: Any, threads: int) -> None:
     """Entry point of a one-shot child: answer one request."""
+    global _PARENT
     _child_setup(threads)
+    _PARENT = conn
     try:
-        conn.send_bytes(_answer(target, request))
+        conn.send_bytes(ANSWER + _answer(target, request))
     finally:
         conn.close()
     _exit()
@@ -183,7 +211,9 @@ def _child_main(target: str, request: bytes, conn: Any, threads: int) -> None:
 
 def _worker_main(conn: Any, threads: int) -> None:
     """Entry point of a worker: answer requests ``(target, request)`` until the pipe closes."""
+    global _PARENT
     _child_setup(threads)
+    _PARENT = conn
     while True:
         try:
             target, request = pickle.loads(conn.recv_bytes())  # from the parent: trusted
@@ -193,7 +223,7 @@ def _worker_main(conn: Any, threads: int) -> None:
         del request
         gc.collect()  # nothing of this request survives into the next one
         try:
-            conn.send_bytes(answer)
+            conn.send_bytes(ANSWER + answer)
         except (BrokenPipeError, OSError):
             break
     _exit()
@@ -217,6 +247,28 @@ def _decode(data: bytes, label: str) -> Any:
     return answer.get("ok")
 
 
+def _receive(conn: Any, relay: Callable[[bytes], bytes] | None) -> bytes:
+    """The child's answer on ``conn``; queries the child sends first (:func:`query`) are
+    answered with ``relay``: the query's encoded bytes in, an encoded answer out (``{"ok": …}``
+    or ``{"failed": reason}``; the parent need not decode either)."""
+    from bench.wire import dumps
+
+    while True:
+        data = conn.recv_bytes()
+        if data[:1] == ANSWER:
+            return data[1:]
+        if data[:1] != QUERY:
+            return data  # unreadable: _decode says so
+        try:
+            if relay is None:
+                raise ChildFailed("this request has no relay for queries")
+            reply = relay(data[1:])
+        except Exception as exc:  # the relay's failure is the query's, not the parent's
+            text = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+            reply = dumps({"failed": str(text).splitlines()[0][:300] if str(text) else type(exc).__name__})
+        conn.send_bytes(reply)
+
+
 def _died(proc: Any, label: str) -> ChildFailed:
     proc.join(timeout=5)
     code = proc.exitcode
@@ -228,7 +280,13 @@ def _qualname(target: Callable[[Any], Any]) -> str:
     return f"{target.__module__}.{target.__qualname__}"
 
 
-def call(target: Callable[[Any], Any], request: Any, threads: int = 1, label: str = "child") -> Any:
+def call(
+    target: Callable[[Any], Any],
+    request: Any,
+    threads: int = 1,
+    label: str = "child",
+    relay: Callable[[bytes], bytes] | None = None,
+) -> Any:
     """Run ``target(request)`` in a fresh child process and return its plain-data result.
 
     Parameters
@@ -241,6 +299,8 @@ def call(target: Callable[[Any], Any], request: Any, threads: int = 1, label: st
         ``torch.set_num_threads`` in the child.
     label:
         Names the child in failure reasons ("the simulation process …").
+    relay:
+        Answers the child's queries (:func:`query`) while it runs.
 
     Raises
     ------
@@ -251,11 +311,11 @@ def call(target: Callable[[Any], Any], request: Any, threads: int = 1, label: st
     """
     from bench.wire import dumps
 
-    receiver, sender = context().Pipe(duplex=False)
+    receiver, sender = context().Pipe(duplex=True)
     proc = _start(_child_main, (_qualname(target), dumps(request), sender, threads))
     sender.close()
     try:
-        data = receiver.recv_bytes()
+        data = _receive(receiver, relay)
     except EOFError:
         raise _died(proc, label) from None
     except BaseException:  # interrupted while it runs: it is ours to end
@@ -275,16 +335,34 @@ class Worker:
         self.proc = _start(_worker_main, (child, threads))
         child.close()
 
-    def request(self, target: Callable[[Any], Any], request: Any, label: str) -> Any:
-        """Send one request and wait for its answer (raises as :func:`call`)."""
+    def request(
+        self,
+        target: Callable[[Any], Any],
+        request: Any,
+        label: str,
+        relay: Callable[[bytes], bytes] | None = None,
+    ) -> Any:
+        """Send one request and wait for its answer (raises as :func:`call`; ``relay`` answers
+        the child's queries meanwhile)."""
         from bench.wire import dumps
 
         try:
             self.conn.send_bytes(pickle.dumps((_qualname(target), dumps(request))))
-            data = self.conn.recv_bytes()
+            data = _receive(self.conn, relay)
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise _died(self.proc, label) from None
         return _decode(data, label)
+
+    def request_raw(self, target: Callable[[Any], Any], data: bytes, label: str) -> bytes:
+        """Send one request already encoded (:mod:`bench.wire`) and return its answer still
+        encoded (``{"ok": …}``, ``{"failed": …}`` or an input error): a relay of bytes between two
+        children (:class:`bench.runner.oracle.OracleRelay`)."""
+        try:
+            self.conn.send_bytes(pickle.dumps((_qualname(target), data)))
+            answer = self.conn.recv_bytes()
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            raise _died(self.proc, label) from None
+        return answer[1:] if answer[:1] == ANSWER else answer
 
     def close(self, kill: bool = False) -> None:
         """End the worker: closing its pipe ends its loop (``kill``: at once, even mid-request;
@@ -322,8 +400,10 @@ class WorkerPool:
         request: Any,
         threads: int = 1,
         label: str = "child",
+        relay: Callable[[bytes], bytes] | None = None,
     ) -> Any:
-        """Run ``target(request)`` in a worker of ``key`` (a new one when none is idle)."""
+        """Run ``target(request)`` in a worker of ``key`` (a new one when none is idle;
+        ``relay`` answers its queries, :func:`query`)."""
         if self._closed:
             raise ChildFailed("the sweep was stopped")
         worker = self._take((key, threads))
@@ -332,7 +412,7 @@ class WorkerPool:
         with self._lock:
             self._busy.add(worker)
         try:
-            result = worker.request(target, request, label)
+            result = worker.request(target, request, label, relay)
         except BenchInputError:
             self._give((key, threads), worker)
             raise

@@ -32,13 +32,16 @@ import torch
 
 from bench.attacks import Attack, build_attack
 from bench.errors import BenchInputError
+from bench.protocols import PROTOCOLS
+from bench.registry_utils import call_with_params
 from bench.results.code_digest import attack_digest, engine_digest
 from bench.results.provenance import provenance, spec_hash
 from bench.results.record import AttackOutcome, JobResult
 from bench.runner import isolation
-from bench.runner.adaptive import PlannedAttack, with_adaptive
+from bench.runner.adaptive import PlannedAttack, attack_indices, with_adaptive
 from bench.runner.attack_worker import attack as attack_entry
 from bench.runner.audit import audit
+from bench.runner.oracle import OracleRelay, oracle_seed
 from bench.runner.probe import DefensePlan
 from bench.runner.sim_worker import simulate
 from bench.runner.truth import RunDataCache, Scorer
@@ -186,9 +189,16 @@ def run_job(
         "threads": int(threads),  # intra-op threads: float reductions (and so the last bits) depend on it
     }
     try:
-        attacks = with_adaptive(build_attacks(task), spec.defense.name, job.plan.adaptive_knowledge)
         cfg = job.config
+        generic = call_with_params(PROTOCOLS, cfg.protocol, "protocol", **cfg.protocol_params)  # its variants
+        attacks = with_adaptive(
+            build_attacks(task),
+            spec.defense.name,
+            job.plan.adaptive_knowledge,
+            oracle=generic if GENERIC_VARIANTS else None,
+        )
         t_sim = time.perf_counter()
+        defense_request = _defense_request(job, root)
         sim = _isolated(
             pool,
             ("simulation", spec.defense.name, job.plan.digest),
@@ -196,12 +206,7 @@ def run_job(
             {
                 "task": task.model_dump_json(),
                 "seed": spec.seed,
-                "defense": {
-                    "name": spec.defense.name,
-                    "params": dict(spec.defense.params),
-                    "source": blob(job.plan.source),
-                    "root": str(root),
-                },
+                "defense": defense_request,
                 "record": record_plan(attacks),
                 "progress": progress,
                 "log_dir": None,
@@ -251,10 +256,19 @@ def run_job(
         grid = None if out_dir is None else out_dir / "reconstructions" / job.key
         outcomes: list[AttackOutcome] = []
         t_attacks = time.perf_counter()
-        for threat, lst in attacks.items():
-            outcomes.extend(
-                _attack_threat(threat, lst, views.get(threat), scorer, spec.seed, threads, grid, pool)
-            )
+        relay = OracleRelay(
+            {"task": task.model_dump_json(), "seed": oracle_seed(spec.seed), "defense": defense_request},
+            threads,
+        )
+        try:
+            for threat, lst in attacks.items():
+                view = views.get(threat)
+                found = _attack_threat(threat, lst, view, scorer, spec.seed, threads, grid, pool, relay)
+                outcomes.extend(found)
+        finally:
+            relay.close()
+        if relay.queries:  # the generic variants' defense oracle
+            prov["oracle"] = {"queries": relay.queries, "sandbox": relay.sandbox}
         metrics["simulation_s"] = t_utility - t_sim
         metrics["utility_s"] = t_attacks - t_utility
         metrics["attacks_s"] = time.perf_counter() - t_attacks
@@ -296,6 +310,17 @@ ROW_LOCALITY_RATE = 0.1
 AUDIT_CALLS = 8
 
 
+def _defense_request(job: Job, root: Path) -> dict[str, Any]:
+    """What a process that runs the defense builds it from: name, parameters, the source bytes
+    the parent hashed and the root of the plugins."""
+    return {
+        "name": job.spec.defense.name,
+        "params": dict(job.spec.defense.params),
+        "source": blob(job.plan.source),
+        "root": str(root),
+    }
+
+
 def _audit(
     job: Job, root: Path, sim: dict[str, Any], threads: int, pool: isolation.WorkerPool | None
 ) -> str | None:
@@ -312,12 +337,7 @@ def _audit(
         {
             "task": spec.task.model_dump_json(),
             "seed": spec.seed,
-            "defense": {
-                "name": spec.defense.name,
-                "params": dict(spec.defense.params),
-                "source": blob(job.plan.source),
-                "root": str(root),
-            },
+            "defense": _defense_request(job, root),
             "calls": calls,
         },
         threads=threads,
@@ -326,6 +346,16 @@ def _audit(
     if not isinstance(answer, dict) or answer.get("status") not in ("passed", "refused"):
         return "the audit process sent no verdict"
     return None if answer["status"] == "passed" else str(answer.get("reason"))[:250]
+
+
+#: whether jobs run the generic defense-aware variants (``benchmarks/harness.py --audit`` turns
+#: them off with the channel audit to measure what both cost)
+GENERIC_VARIANTS = True
+
+#: a threat's generic defense-aware variants run only while every other attack of the threat
+#: leaks less than this: at or above it they could lower the privacy score by at most 0.01
+#: (each of their objective evaluations is a round trip to the defense oracle)
+ORACLE_SKIP_LEAKAGE = 0.99
 
 
 def _attack_threat(
@@ -337,13 +367,40 @@ def _attack_threat(
     threads: int,
     grid: Path | None,
     pool: isolation.WorkerPool | None,
+    relay: OracleRelay | None = None,
 ) -> list[AttackOutcome]:
-    """Run one threat's attacks in an attack process and score their answers."""
+    """Run one threat's attacks in an attack process and score their answers; then its generic
+    defense-aware variants (``relay`` answers their queries to the defense oracle) — unless the
+    other attacks already leak :data:`ORACLE_SKIP_LEAKAGE` or more (the variants are then not
+    run, and the outcomes omit them)."""
+    first = [p for p in attacks if not p.oracle]
+    outcomes = _attack_batch(threat, first, attacks, view, scorer, seed, threads, grid, pool, None)
+    generic = [p for p in attacks if p.oracle]
+    worst = max((o.leakage or 0.0 for o in outcomes if o.status == "ok"), default=0.0)
+    if generic and worst < ORACLE_SKIP_LEAKAGE:
+        outcomes += _attack_batch(threat, generic, attacks, view, scorer, seed, threads, grid, pool, relay)
+    return outcomes
+
+
+def _attack_batch(
+    threat: str,
+    batch: list[PlannedAttack],
+    attacks: list[PlannedAttack],
+    view: Any,
+    scorer: Scorer,
+    seed: int,
+    threads: int,
+    grid: Path | None,
+    pool: isolation.WorkerPool | None,
+    relay: OracleRelay | None,
+) -> list[AttackOutcome]:
+    """Run ``batch`` (some of the threat's ``attacks``) in an attack process and score them."""
+    if not batch:
+        return []
     if not isinstance(view, torch.Tensor):
-        return [
-            AttackOutcome(threat, p.label, "failed", reason="the simulation returned no View")
-            for p in attacks
-        ]
+        why = "the simulation returned no View"
+        return [AttackOutcome(threat, p.label, "failed", reason=why) for p in batch]
+    index = attack_indices(attacks)
     try:
         answers = _isolated(
             pool,
@@ -351,25 +408,28 @@ def _attack_threat(
             attack_entry,
             {
                 "view": view,
-                "attacks": [[p.label, p.name, p.params, type(p.attack).__module__] for p in attacks],
+                "attacks": [
+                    [p.label, p.name, p.params, type(p.attack).__module__, index[p.label]] for p in batch
+                ],
                 "seed": seed,
                 # membership attacks score the scorer's candidate pool (not who owns it)
                 "candidates": scorer.candidates()
-                if any(getattr(p.attack, "needs_candidates", False) for p in attacks)
+                if any(getattr(p.attack, "needs_candidates", False) for p in batch)
                 else None,
                 # reference-model attacks: the attacker's population data and the public recipe
                 "population": scorer.population()
-                if any(getattr(p.attack, "needs_population", False) for p in attacks)
+                if any(getattr(p.attack, "needs_population", False) for p in batch)
                 else None,
             },
             threads=threads,
             label="attack",
+            relay=relay,
         )
     except isolation.ChildFailed as exc:
-        return [AttackOutcome(threat, p.label, "failed", reason=exc.reason) for p in attacks]
-    if not isinstance(answers, list) or len(answers) != len(attacks):
-        answers = [None] * len(attacks)
-    return [_score(scorer, threat, p, answer, grid) for p, answer in zip(attacks, answers, strict=True)]
+        return [AttackOutcome(threat, p.label, "failed", reason=exc.reason) for p in batch]
+    if not isinstance(answers, list) or len(answers) != len(batch):
+        answers = [None] * len(batch)
+    return [_score(scorer, threat, p, answer, grid) for p, answer in zip(batch, answers, strict=True)]
 
 
 def _score(scorer: Scorer, threat: str, p: PlannedAttack, answer: Any, grid: Path | None) -> AttackOutcome:
@@ -394,7 +454,8 @@ def _isolated(
     request: Any,
     threads: int,
     label: str,
+    relay: Any = None,
 ) -> Any:
     if pool is None:
-        return isolation.call(target, request, threads=threads, label=label)
-    return pool.call(key, target, request, threads=threads, label=label)
+        return isolation.call(target, request, threads=threads, label=label, relay=relay)
+    return pool.call(key, target, request, threads=threads, label=label, relay=relay)

@@ -55,7 +55,8 @@ def format_table(df_track: pd.DataFrame) -> str:
         utility as ``mean ± std`` (3 decimals), the utility floor, the mean ε of the defense's
         DP guarantee (:func:`format_epsilon`), in a track with membership attacks the empirical ε
         lower bound (``ε lb``, ``!`` where it exceeds the claimed ε), the attack that sets the privacy score
-        (``worst attack``, standard or ``+adaptive``), one column per attack (mean leakage), seeds,
+        (``worst attack``: standard, ``+adaptive`` or ``+oracle``), one column per attack (mean leakage),
+        seeds,
         failed jobs, the reason of the most recent failed job (``last failure``, cut to
         :data:`REASON_WIDTH` characters; only when a job of the track failed) and mean runtime.
     """

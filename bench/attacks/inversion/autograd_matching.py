@@ -28,9 +28,10 @@ problems, never over single problems), as the generic path.
 from __future__ import annotations
 
 import torch
-from torch.func import vmap
+from torch.func import grad, vmap
 
 from bench.attacks.inversion.matching import gradient_distance, problem_chunk
+from bench.attacks.inversion.oracle_transform import DefenseTransform
 from bench.attacks.inversion.regularizers import total_variation
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
@@ -54,8 +55,10 @@ class AutogradMatching:
         objective: str = "l2",
         tv_weight: float = 0.0,
         kept_only: bool = False,
+        transform: DefenseTransform | None = None,
     ) -> None:
         self.model, self.loss_fn = model, loss_fn
+        self.transform = transform
         self.y, self.theta, self.target = y, theta, target
         self.objective, self.tv_weight, self.kept_only = objective, float(tv_weight), bool(kept_only)
         self.chunk = problem_chunk(target.shape[-1], target)
@@ -69,7 +72,8 @@ class AutogradMatching:
         values, grads = [], []
         for lo in range(0, k, step):
             sl = slice(lo, min(k, lo + step))
-            v, g = self._evaluate(x[sl], y[sl], theta[sl], target[sl])
+            rows = None if self.transform is None else _rows(idx, sl, x.shape[0])
+            v, g = self._evaluate(x[sl], y[sl], theta[sl], target[sl], rows)
             values.append(v)
             grads.append(g)
         if len(values) == 1:
@@ -77,19 +81,45 @@ class AutogradMatching:
         return torch.cat(values), torch.cat(grads)
 
     def _evaluate(
-        self, x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, target: torch.Tensor
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.enable_grad():
             xl = x.detach().requires_grad_(True)
-            th = theta.detach().clone().requires_grad_(True)  # a leaf of its own, [K, P]
-            out = vmap(self.model.forward)(th, xl)  # [K, B, outputs]
-            # per-sample losses of all K·B samples; each problem's mean, as mean_loss's ``.mean()``
-            losses = self.loss_fn(out.flatten(0, 1), y.flatten(0, 1)).reshape(x.shape[0], -1)
-            (g,) = torch.autograd.grad(losses.mean(1).sum(), th, create_graph=True)
-            if self.kept_only:
-                g = torch.where(target != 0, g, torch.zeros_like(g))
-            values = gradient_distance(g, target, self.objective)  # per row
+            if self.transform is not None and self.transform.per_sample and x.shape[1] > 1:
+                values = self.transform(self._per_sample(xl, y, theta), theta, target, rows)
+            else:
+                th = theta.detach().clone().requires_grad_(True)  # a leaf of its own, [K, P]
+                out = vmap(self.model.forward)(th, xl)  # [K, B, outputs]
+                # per-sample losses of all K·B samples; each problem's mean, as mean_loss's ``.mean()``
+                losses = self.loss_fn(out.flatten(0, 1), y.flatten(0, 1)).reshape(x.shape[0], -1)
+                (g,) = torch.autograd.grad(losses.mean(1).sum(), th, create_graph=True)
+                if self.transform is not None:  # one sample, or a defense that reads the mean only
+                    values = self.transform(g.unsqueeze(1), theta, target, rows)
+                else:
+                    if self.kept_only:
+                        g = torch.where(target != 0, g, torch.zeros_like(g))
+                    values = gradient_distance(g, target, self.objective)  # per row
             if self.tv_weight:
                 values = values + self.tv_weight * vmap(total_variation)(xl)
             (gx,) = torch.autograd.grad(values.sum(), xl)
         return values.detach(), gx
+
+    def _per_sample(self, x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        """``∇_θ ℓ(θ_k; x_kb, y_kb)`` ``[K, B, P]``, differentiable wrt ``x`` (``torch.func.grad``
+        under plain autograd)."""
+
+        def sample_loss(th: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            return self.loss_fn(self.model.forward(th, xb.unsqueeze(0)), yb.unsqueeze(0)).sum()
+
+        return vmap(vmap(grad(sample_loss), in_dims=(None, 0, 0)))(theta.detach(), x, y)
+
+
+def _rows(idx: torch.Tensor | None, sl: slice, k: int) -> torch.Tensor:
+    """The problem indices of chunk ``sl`` of a call on problems ``idx`` (all when ``None``)."""
+    full = torch.arange(k) if idx is None else idx.cpu()
+    return full[sl]

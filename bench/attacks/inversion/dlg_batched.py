@@ -8,20 +8,25 @@ Each problem is ``min_x ‖∇_θ L(θ; x, y_h) − g‖²`` for an observed gra
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
 from bench.attacks.gradients import flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.adaptive import matching_adaptation
 from bench.attacks.inversion.matching import MATCHES, OBJECTIVES, matching_fn
 from bench.attacks.inversion.optimizers import OPTIMIZERS, batched_adam, batched_lbfgs
+from bench.attacks.inversion.oracle_transform import GENERIC_SOURCES, problems_transform
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, Problems, best_per_victim, build_problems
+from bench.attacks.oracle import OracleClient
 from bench.attacks.targets import SOURCES, gradient_targets, source_kinds, source_rounds
 from bench.errors import require_number, require_positive_int
 from bench.registry_utils import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
+
+if TYPE_CHECKING:
+    from bench.protocols import Protocol
 
 
 @ATTACKS.register(
@@ -112,6 +117,11 @@ class BatchedDLG(Attack):
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
 
+    def uses_defense_oracle(self, protocol: Protocol) -> bool:
+        """A generic defense-aware variant for one node's gradient (not for aggregates), where
+        the protocol defines what an observer reads as that gradient."""
+        return self.source in GENERIC_SOURCES and protocol.has_observed_gradient()
+
     def problems(self, view: View) -> tuple[Problems, FlatModel, LossFn]:
         """The K problems of ``view`` with the model and loss they are matched with."""
         model = flat_model(view)
@@ -122,10 +132,19 @@ class BatchedDLG(Attack):
         )  # fmt: skip
         return probs, model, loss_function(view)
 
-    def run(self, view: View) -> list[Reconstruction]:
+    def run(self, view: View, oracle: OracleClient | None = None) -> list[Reconstruction]:
+        """Invert ``view``'s gradients; with ``oracle``, the generic defense-aware variant (the
+        defense's pipeline in the objective, :mod:`~bench.attacks.inversion.oracle_transform`)."""
         probs, model, loss_fn = self.problems(view)
         fn = matching_fn(
-            model, loss_fn, probs.y, probs.theta, probs.grad, self.objective, kept_only=self.match == "kept"
+            model,
+            loss_fn,
+            probs.y,
+            probs.theta,
+            probs.grad,
+            self.objective,
+            kept_only=self.match == "kept",
+            transform=problems_transform(oracle, view, probs.targets, probs.victim, self.objective),
         )
         if self.optimizer == "lbfgs":
             result = batched_lbfgs(fn, probs.x0, self.iterations, history=self.history)

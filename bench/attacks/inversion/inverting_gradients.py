@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
 from bench.attacks.gradients import (
@@ -16,8 +16,10 @@ from bench.attacks.gradients import (
 from bench.attacks.inversion.adaptive import matching_adaptation
 from bench.attacks.inversion.matching import MATCHES, matching_fn
 from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
+from bench.attacks.inversion.oracle_transform import GENERIC_SOURCES, problems_transform
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
 from bench.attacks.inversion.regularizers import pixel_box
+from bench.attacks.oracle import OracleClient
 from bench.attacks.targets import SOURCES, gradient_targets, source_kinds, source_rounds
 from bench.errors import require_number, require_positive_int
 from bench.registry_utils import require_choice
@@ -33,6 +35,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"iterations": 24_000, "restarts": 8, "tv_weight": 1e-4},
     "cpu": {"iterations": 500, "restarts": 2, "tv_weight": 1e-4},
 }
+
+if TYPE_CHECKING:
+    from bench.protocols import Protocol
 
 
 @ATTACKS.register(
@@ -121,11 +126,19 @@ class InvertingGradients(Attack):
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
 
-    def run(self, view: View) -> list[Reconstruction]:
-        targets = [tg for t in self.rounds for tg in gradient_targets(view, t, self.source)]
-        return self.invert(view, targets)
+    def uses_defense_oracle(self, protocol: Protocol) -> bool:
+        """A generic defense-aware variant for one node's gradient (not for aggregates), where
+        the protocol defines what an observer reads as that gradient."""
+        return self.source in GENERIC_SOURCES and protocol.has_observed_gradient()
 
-    def invert(self, view: View, targets: list[GradientTarget]) -> list[Reconstruction]:
+    def run(self, view: View, oracle: OracleClient | None = None) -> list[Reconstruction]:
+        """Invert ``view``'s gradients; with ``oracle``, the generic defense-aware variant."""
+        targets = [tg for t in self.rounds for tg in gradient_targets(view, t, self.source)]
+        return self.invert(view, targets, oracle)
+
+    def invert(
+        self, view: View, targets: list[GradientTarget], oracle: OracleClient | None = None
+    ) -> list[Reconstruction]:
         """Invert the given gradients (each at its own parameters ``theta``), all victims,
         restarts and label hypotheses in one batched optimization; the View gives only the
         architecture, loss and normalization. Used by attacks that first recover gradients
@@ -144,6 +157,7 @@ class InvertingGradients(Attack):
             "cosine",
             self.tv_weight,
             kept_only=self.match == "kept",
+            transform=problems_transform(oracle, view, probs.targets, probs.victim, "cosine"),
         )
         bounds = None
         if self.boxed:

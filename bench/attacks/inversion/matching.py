@@ -33,6 +33,7 @@ import torch
 from torch.func import grad, grad_and_value, vmap
 
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
+from bench.attacks.inversion.oracle_transform import DefenseTransform
 from bench.attacks.inversion.regularizers import total_variation
 from bench.registry_utils import require_choice
 from bench.simulation.flat import FlatModel
@@ -191,6 +192,7 @@ def matching_fn(
     tv_weight: float = 0.0,
     method: str = "auto",
     kept_only: bool = False,
+    transform: DefenseTransform | None = None,
 ) -> BatchedFn:
     """The :data:`BatchedFn` of the K matching problems ``(y, theta, target)``.
 
@@ -203,8 +205,17 @@ def matching_fn(
     most :data:`AUTOGRAD_MAX_PROBLEMS` problems, ``vmap`` for larger ones). All compute the same
     objective and gradient. ``kept_only`` (:func:`problem_objective`) needs the per-problem
     gradient, so ``auto`` then never takes ``gram``.
+
+    ``transform``: the defense's send pipeline ``D`` from the defense oracle
+    (:mod:`~bench.attacks.inversion.oracle_transform`); the objective then matches
+    ``D(∇_θ L)`` and is evaluated by the autograd path whatever ``method`` says (every call
+    is a round trip to the oracle, so chunks stay those of one call).
     """
     require_choice(method, MATCHING_METHODS, "matching method")
+    if transform is not None:
+        from bench.attacks.inversion.autograd_matching import AutogradMatching
+
+        return AutogradMatching(model, loss_fn, y, theta, target, objective, tv_weight, transform=transform)
     if not kept_only and (method == "gram" or (method == "auto" and gram_applicable(model))):
         return GramMatching(model, loss_fn, y, theta, target, objective, tv_weight)
     fn = problem_objective(model, loss_fn, objective, tv_weight, kept_only)

@@ -12,7 +12,7 @@ local-set sizes. It never sees membership labels.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -25,6 +25,10 @@ from bench.registry_utils import require_choice
 from bench.simulation.config import SimulationConfig
 from bench.simulation.flat import FlatModel
 from bench.threats import KnowledgeError, View
+
+if TYPE_CHECKING:
+    from bench.attacks.oracle import OracleClient
+    from bench.protocols import Protocol
 
 
 @dataclass(frozen=True)
@@ -95,13 +99,22 @@ class ReferenceAttack(Attack):
     def requirements(self) -> Requirement:
         return requirement(self.rounds, self.source)
 
+    def uses_defense_oracle(self, protocol: Protocol) -> bool:
+        """The generic variant trains its reference worlds under the defense, in the defense
+        oracle's process (their signals calibrated to the defended distribution)."""
+        return True
+
     def run(  # type: ignore[override]
         self,
         view: View,
         x: torch.Tensor | None = None,
         y: torch.Tensor | None = None,
         population: dict[str, Any] | None = None,
+        oracle: OracleClient | None = None,
     ) -> list[Reconstruction]:
+        """Score the candidates; with ``oracle`` (the generic variant), against reference worlds
+        trained under the job's defense by the defense oracle (same draws, recipe and seed
+        rules as the standard attack's worlds)."""
         if x is None or y is None:
             raise AttackError("a membership attack needs the harness' candidate pool")
         if not population:
@@ -128,22 +141,29 @@ class ReferenceAttack(Attack):
         online = len(y) if self.online else 0  # online: the candidates first, in half the worlds
         world_x = torch.cat([x.to(train_x.dtype), train_x]) if online else train_x
         world_y = torch.cat([y.to(train_y.dtype), train_y]) if online else train_y
-        try:
-            refs_at = reference_worlds_at(
-                cfg,
-                world_x,
-                world_y,
-                n_classes,
-                [int(c) for c in population["counts"]],
-                self.worlds,
-                rounds,
-                self.source,
-                seed,
-                mixing=mixing,
+        counts = [int(c) for c in population["counts"]]
+        if oracle is not None:
+            refs_at = oracle.reference_worlds(
+                cfg=cfg.model_dump_json(),
+                x=world_x,
+                y=world_y,
+                n_classes=n_classes,
+                counts=counts,
+                worlds=self.worlds,
+                rounds=rounds,
+                source=self.source,
+                seed=seed,
+                mixing=None if mixing is None else torch.as_tensor(mixing),
                 online_candidates=online,
             )
-        except ReferenceWorldError as exc:
-            raise AttackError(str(exc)) from None
+        else:
+            try:
+                refs_at = reference_worlds_at(
+                    cfg, world_x, world_y, n_classes, counts, self.worlds, rounds, self.source, seed,
+                    mixing=mixing, online_candidates=online,
+                )  # fmt: skip
+            except ReferenceWorldError as exc:
+                raise AttackError(str(exc)) from None
         trained, held = (train_x.to(x.dtype), train_y), (held_x, held_y)
         out = []
         for t in rounds:

@@ -1,0 +1,111 @@
+"""The attack side of the defense oracle: the defense's send pipeline ``D`` as a differentiable
+function of the dummy data's gradients.
+
+A generic defense-aware variant (``<attack>+oracle``) matches ``D(∇_θ L(θ; x̂, y))`` to the
+observed gradient ``g`` instead of ``∇_θ L`` itself:
+
+    F_k(x̂_k) = dist(D_{v_k, t_k}(G_k(x̂_k)), g_k) + λ_TV TV(x̂_k),
+    G_k = (∇_θ ℓ(θ_k; x̂_kb, y_kb))_b   (per-sample gradients, [B, P]),
+
+where ``D_{v,t}`` is victim ``v``'s pipeline in round ``t`` (``per_sample_gradients`` or the
+mean, ``local_gradients``, the protocol's step, ``local_update``, ``outgoing``:
+:meth:`bench.protocols.Protocol.observed_gradient`). ``D`` runs in the sandboxed oracle process
+(:mod:`bench.runner.oracle`), never here: :class:`~bench.attacks.oracle.OracleClient` sends
+plain-data queries through ``ask`` (the harness's relay, :func:`bench.runner.isolation.query`),
+and :class:`ThroughOracle`
+is the ``torch.autograd.Function`` whose forward is the oracle's ``dist(D(G), g)`` (``D`` an
+average over draws where it is random: EOT) and whose backward is the gradient wrt ``G`` the
+oracle sent with it (a vector–Jacobian product through ``D``; BPDA with the identity where
+``D`` has no useful derivative; Athalye, Carlini & Wagner 2018) — one query per evaluation of
+the objective. The chain rule from ``G`` to ``x̂`` runs here, by autograd.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bench.attacks.base import AttackError
+from bench.attacks.oracle import OracleClient
+from bench.threats import View
+
+#: the gradient sources whose targets are one node's message (:mod:`bench.attacks.targets`): the
+#: ones a generic variant can push through that node's pipeline (not aggregates, not the Sybil
+#: difference of two secure aggregates)
+GENERIC_SOURCES = ("auto", "server_gradient", "neighbor_recovery")
+
+
+class DefenseTransform:
+    """``(per_sample [K', B, P], theta [K', P], target [K', P], idx [K'] or None) -> F [K']``,
+    ``F_k = dist(D(G_k), g_k)`` for the problems ``idx`` with the attack's distance
+    ``objective``, differentiable wrt ``G`` through :class:`ThroughOracle`."""
+
+    def __init__(
+        self, client: OracleClient, nodes: torch.Tensor, rounds: torch.Tensor, objective: str
+    ) -> None:
+        self.client, self.nodes, self.rounds, self.objective = client, nodes, rounds, objective
+
+    @property
+    def per_sample(self) -> bool:
+        return self.client.per_sample
+
+    def __call__(
+        self, per_sample: torch.Tensor, theta: torch.Tensor, target: torch.Tensor, idx: torch.Tensor | None
+    ) -> torch.Tensor:
+        sel = slice(None) if idx is None else idx.cpu()
+        return ThroughOracle.apply(per_sample, theta, target, self.nodes[sel], self.rounds[sel], self)
+
+
+class ThroughOracle(torch.autograd.Function):
+    """Forward: the oracle's ``F_k = dist(D(G_k), g_k)``; backward: ``∂F_k/∂G_k`` from the same
+    answer (one query per evaluation; module docstring)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        per_sample: torch.Tensor,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        nodes: torch.Tensor,
+        rounds: torch.Tensor,
+        transform: DefenseTransform,
+    ) -> torch.Tensor:
+        client = transform.client
+        answer = client.query(
+            {
+                "op": "evaluate",
+                "grads": per_sample.detach().cpu(),
+                "theta": theta.detach().cpu(),
+                "target": target.detach().cpu(),
+                "objective": transform.objective,
+                "nodes": nodes,
+                "rounds": rounds,
+                "receiver": client.receiver,
+            }
+        )
+        values, grads = answer.get("values"), answer.get("grads")
+        k = per_sample.shape[0]
+        if not isinstance(values, torch.Tensor) or values.shape != (k,):
+            raise AttackError("the defense oracle answered with malformed values")
+        if not isinstance(grads, torch.Tensor) or grads.shape != per_sample.shape:
+            raise AttackError("the defense oracle answered with a malformed gradient")
+        ctx.save_for_backward(grads.to(per_sample))
+        return values.to(per_sample)
+
+    @staticmethod
+    def backward(ctx: Any, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        (grads,) = ctx.saved_tensors
+        return dv.view(-1, *([1] * (grads.dim() - 1))) * grads, None, None, None, None, None
+
+
+def problems_transform(
+    oracle: OracleClient | None, view: View, targets: list[Any], victim: torch.Tensor, objective: str
+) -> DefenseTransform | None:
+    """``D`` for K problems whose victims are ``targets[victim[k]]`` (``None`` without an
+    oracle: the standard attack)."""
+    if oracle is None:
+        return None
+    nodes = torch.tensor([int(targets[int(v)].node) for v in victim.tolist()], dtype=torch.long)
+    rounds = torch.tensor([int(targets[int(v)].round) for v in victim.tolist()], dtype=torch.long)
+    return oracle.for_view(view).transform(nodes, rounds, objective)

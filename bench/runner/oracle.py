@@ -1,0 +1,302 @@
+"""The defense oracle: a defense's send-side transform ``D``, queried by attacks, run elsewhere.
+
+A generic defense-aware attack (label ``<attack>+oracle``, :mod:`bench.runner.adaptive`) puts
+the defense's own send pipeline into its matching objective: it matches ``D(∇_θ L(x̂))`` to the
+observed gradient, where ``D`` is what node ``v``'s hooks make of per-sample gradients before an
+observer reads them (:meth:`bench.protocols.Protocol.observed_gradient`: ``per_sample_gradients``
+or the mean, ``local_gradients``, the protocol's own step, ``local_update``, ``outgoing``).
+Defense code never runs in the attack process: this module runs in a sandboxed *oracle
+process* of the defense plugin (:mod:`bench.runner.sandbox`), and the attack process asks the
+parent, which relays (:func:`bench.runner.isolation.query`). Queries and replies are plain data
+(:mod:`bench.wire`).
+
+What the oracle answers, for attacker-chosen per-sample gradients ``G [K, B, P]`` at parameters
+``θ [K, P]`` of victims ``v_k`` in rounds ``t_k``:
+
+* ``evaluate`` (one query per evaluation of the attack's objective): the distance
+  ``F_k = dist(D(G_k), g_k)`` to the observed ``g_k`` (the attack's own L2 or cosine) and its
+  gradient ``∂F_k/∂G_k``. ``D`` runs with fresh randomness, never the run's: the defense is
+  built anew and bound with the run's public facts and a seed of its own (:func:`oracle_seed`).
+  Where ``D`` is random (two instances with different seeds disagree on a probe input), ``D(G)``
+  is the mean over :data:`EOT_DRAWS` instances with their own seeds — Expectation over
+  Transformation (Athalye, Carlini & Wagner, ICML 2018, §4.2). Each query starts from the
+  instances as bound (a deep copy), so the draws are fixed across the attack's iterations (a
+  deterministic objective for L-BFGS) and a stateful defense does not accumulate the attacker's
+  queries. The gradient is ``J_D(G)ᵀ u`` for ``u = ∂F/∂D``, by autograd through the defense's
+  hooks; where it vanishes for a problem or does not exist (a rounding, a ``detach``), the
+  undefended pipeline's (the mean over the batch) stands in: Backward Pass Differentiable
+  Approximation with the identity (BPDA, Athalye et al. 2018, §4.1; the straight-through
+  estimator).
+
+Rows of one call are distinct nodes (:class:`~bench.simulation.hooks.RoundContext` ``nodes``),
+so the K problems go through the hooks in as many calls as the most problems of one victim
+(restarts × label hypotheses), each a stacked call over victims. What the oracle cannot know: the
+state a stateful defense (error feedback, momentum) had reached in the real run — it answers for
+the defense as bound, before any round.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.attacks.inversion.matching import gradient_distance
+from bench.data.stacked import derive_seed
+from bench.defenses_api import build_defense
+from bench.membership.reference import ReferenceWorldError, reference_worlds_at
+from bench.protocols import Protocol
+from bench.runner import isolation, sandbox
+from bench.simulation.config import SimulationConfig
+from bench.simulation.engine import Simulation
+from bench.simulation.hooks import DefenseHooks, RoundContext
+from bench.simulation.lightning import quiet_lightning
+from bench.specs import TaskSpec
+from bench.wire import unblob
+
+#: draws of a random defense averaged per answer (EOT). Two: the mean of M draws of additive
+#: noise of scale σ leaves σ/√M of it in the objective (σ√(1 + 1/M) between the matched and the
+#: observed message), so M = 2 is within 10 % of M = 4 at half the cost per query
+EOT_DRAWS = 2
+
+#: the oracle of the job being attacked (an oracle process serves one job: :class:`OracleRelay`)
+_ORACLE: list[DefenseOracle] = []
+
+
+class OracleError(RuntimeError):
+    """A query the defense's pipeline cannot answer (the attack variant fails with it)."""
+
+
+def setup(request: dict[str, Any]) -> dict[str, Any]:
+    """Child side, once per oracle process: build the job's oracle from ``task`` (JSON),
+    ``defense`` (``name``, ``params``, ``source`` blob, ``root``) and ``seed`` (the oracle's own,
+    :func:`oracle_seed`), in the sandbox; returns what it entered (``sandbox``)."""
+    quiet_lightning()
+    d = request["defense"]
+    sandboxed = sandbox.enter("oracle", readable=[d["root"]]) if isolation.IN_CHILD else "in-process"
+    task = TaskSpec.model_validate_json(request["task"])
+    root, source = Path(d["root"]), unblob(d["source"])
+    cfg = task.simulation.model_copy(update={"seed": int(request["seed"])})
+    _ORACLE[:] = [DefenseOracle(lambda: build_defense(d["name"], d["params"], root, source), cfg)]
+    return {"sandbox": sandboxed}
+
+
+def answer(query: dict[str, Any]) -> dict[str, Any]:
+    """Child side: answer one query of an attack — ``{"op": "info", "receiver"}``,
+    ``{"op": "evaluate", "grads", "theta", "target", "objective", "nodes", "rounds",
+    "receiver"}`` (:meth:`DefenseOracle.evaluate`) or ``{"op": "reference_worlds", …}``
+    (:meth:`DefenseOracle.reference_worlds`)."""
+    if not _ORACLE:
+        raise OracleError("the oracle was asked before it was set up")
+    return _ORACLE[0].handle(query)
+
+
+def oracle_seed(seed: int) -> int:
+    """The oracle's seed for a job of seed ``seed``: a stream of its own, so every draw the
+    defense makes in the oracle differs from the run's (``derive_seed(run.seed, "defense:…")``)
+    while a job's results stay reproducible."""
+    return derive_seed(int(seed), "defense-oracle")
+
+
+class OracleRelay:
+    """Parent side: answers an attack process's queries (:func:`bench.runner.isolation.query`)
+    by passing their bytes to a defense oracle process of the job and its answer's bytes back
+    (the parent decodes neither: both ends read plain data only). The process is started and set
+    up (:func:`setup`) on the first query and ended with :meth:`close`."""
+
+    def __init__(self, setup: dict[str, Any], threads: int = 1) -> None:
+        self.setup, self.threads = setup, threads
+        self.worker: isolation.Worker | None = None
+        self.queries = 0
+        self.sandbox = "none"
+
+    def __call__(self, data: bytes) -> bytes:
+        if self.worker is None:
+            worker = isolation.Worker(self.threads)
+            try:
+                ready = worker.request(setup, self.setup, "defense oracle")
+                self.sandbox = str(ready.get("sandbox", "none")) if isinstance(ready, dict) else "none"
+            except BaseException:
+                worker.close()
+                raise
+            self.worker = worker
+        self.queries += 1
+        try:
+            return self.worker.request_raw(answer, data, "defense oracle")
+        except isolation.ChildFailed:
+            self.close()  # a new process (set up again) answers the next query
+            raise
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+class DefenseOracle:
+    """``D`` of one job: the protocol of ``config`` and instances of the defense bound with
+    fresh seeds (``config.seed`` is the oracle's own, not the run's)."""
+
+    def __init__(self, make: Any, config: Any) -> None:
+        first = make()
+        self.sim = Simulation(config, hooks=first, init_state=False)
+        self.protocol: Protocol = self.sim.protocol
+        self._make, self._info = make, self.sim.run_info()
+        self.instances: list[DefenseHooks] = [first]
+        self.random: bool | None = None
+
+    def _instance(self, m: int) -> DefenseHooks:
+        while len(self.instances) <= m:
+            d = self._make()
+            d.bind(replace(self._info, seed=derive_seed(self._info.seed, f"oracle:{len(self.instances)}")))
+            self.instances.append(d)
+        return self.instances[m]
+
+    def handle(self, q: dict[str, Any]) -> dict[str, Any]:
+        op = q.get("op")
+        if op == "info":
+            return self.info(int(q["receiver"]))
+        if op == "evaluate":
+            where = q["nodes"], q["rounds"], int(q["receiver"])
+            values, grads = self.evaluate(q["grads"], q["theta"], q["target"], str(q["objective"]), *where)
+            return {"values": values, "grads": grads}
+        if op == "reference_worlds":
+            return {"worlds": self.reference_worlds(q)}
+        raise OracleError(f"unknown oracle query {op!r}")
+
+    def reference_worlds(self, q: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
+        """Reference worlds trained under a fresh instance of the defense (bound inside by the
+        worlds' own run, whose seed is the attack's): :func:`reference_worlds_at` with the
+        query's arguments, as ``str(round) -> {"theta", "world", "trained_on"}``."""
+        cfg = SimulationConfig.model_validate_json(q["cfg"])
+        mixing = q.get("mixing")
+        try:
+            refs = reference_worlds_at(
+                cfg, q["x"], q["y"], int(q["n_classes"]), [int(c) for c in q["counts"]], int(q["worlds"]),
+                [int(t) for t in q["rounds"]], str(q["source"]), int(q["seed"]),
+                mixing=None if mixing is None else mixing.double().numpy(),
+                online_candidates=int(q.get("online_candidates", 0)), hooks=self._make(),
+            )  # fmt: skip
+        except ReferenceWorldError as exc:
+            raise OracleError(str(exc)) from None
+        return {
+            str(t): {"theta": m.theta, "world": m.world, "trained_on": m.trained_on} for t, m in refs.items()
+        }
+
+    def info(self, receiver: int) -> dict[str, Any]:
+        """Whether ``D`` reads per-sample gradients and whether it is random (two instances with
+        different seeds disagree on a probe input), and the draws each answer averages."""
+        if self.random is None:
+            gen = torch.Generator().manual_seed(0)
+            run = self._info
+            g = torch.randn(1, 2, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
+            theta = torch.randn(1, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
+            ctx = RoundContext(0, 0, torch.zeros(1, dtype=torch.long))
+            outs = [self._call(m, theta, g, ctx, receiver).detach() for m in (0, 1)]
+            self.random = not torch.equal(outs[0], outs[1])
+        return {
+            "per_sample": bool(self.sim.hooks.per_sample),
+            "random": self.random,
+            "draws": self.draws,
+        }
+
+    @property
+    def draws(self) -> int:
+        return EOT_DRAWS if self.random else 1
+
+    def _call(
+        self, m: int, theta: torch.Tensor, grads: torch.Tensor, ctx: RoundContext, receiver: int
+    ) -> torch.Tensor:
+        instance = self._instance(m)
+        hooks = _as_bound(instance)
+        try:
+            out = self.protocol.observed_gradient(hooks, theta, grads, ctx, receiver)
+        except RuntimeError:
+            if not torch.is_grad_enabled():
+                raise
+            # an operation autograd cannot record (an ``out=`` argument, an in-place write to a
+            # leaf): the forward without a graph, and BPDA for the backward (:func:`_pullback`)
+            with torch.no_grad():
+                out = self.protocol.observed_gradient(_as_bound(instance), theta, grads, ctx, receiver)
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            raise OracleError("the defense's messages are not real vectors (ring elements or other data)")
+        if out.shape != (grads.shape[0], grads.shape[-1]):
+            raise OracleError(f"the defense's pipeline returned shape {tuple(out.shape)}")
+        return out
+
+    def evaluate(
+        self,
+        grads: torch.Tensor,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        objective: str,
+        nodes: torch.Tensor,
+        rounds: torch.Tensor,
+        receiver: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``F_k = dist(D(G_k), g_k)`` ``[K]`` (``D`` averaged over the draws of a random
+        defense) and ``∂F_k/∂G_k`` ``[K, B, P]``: the cotangent ``u = ∂F/∂D`` pulled back through
+        the defense's hooks by autograd, or through the batch mean where that vanishes for a
+        problem or does not exist (BPDA)."""
+        if self.random is None:
+            self.info(receiver)
+        run = self._info
+        grads, theta, target = grads.to(run.dtype), theta.to(run.dtype), target.to(run.dtype)
+        nodes, rounds = nodes.long(), rounds.long()
+        values = torch.zeros(grads.shape[0], dtype=run.dtype)
+        out = torch.zeros_like(grads)
+        for idx in call_groups(nodes, rounds):
+            ctx = RoundContext(int(rounds[idx[0]]), 0, nodes[idx])
+            draws = []
+            for m in range(self.draws):
+                g = grads[idx].detach().requires_grad_(True)
+                with torch.enable_grad():
+                    draws.append((g, self._call(m, theta[idx], g, ctx, receiver)))
+            mean = torch.stack([y.detach() for _, y in draws]).mean(0).requires_grad_(True)
+            with torch.enable_grad():
+                dist = gradient_distance(mean, target[idx], objective)
+                (u,) = torch.autograd.grad(dist.sum(), mean)
+            values[idx] = dist.detach()
+            for g, y in draws:
+                out[idx] += _pullback(g, y, u / len(draws))
+        return values, out
+
+
+def _as_bound(instance: DefenseHooks) -> DefenseHooks:
+    """A deep copy of the instance as bound (no query leaves state in it); the frozen run facts
+    it was bound with are shared, not copied."""
+    run = getattr(instance, "run", None)
+    return copy.deepcopy(instance, {} if run is None else {id(run): run})
+
+
+def _pullback(g: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``J_D(g)ᵀ u`` by autograd, with the batch mean's ``u / B`` (BPDA) for rows where it is
+    zero while ``u`` is not, or everywhere when ``D`` left the graph."""
+    surrogate = u.unsqueeze(1).expand_as(g) / g.shape[1]
+    vj = None
+    if y.requires_grad:
+        (vj,) = torch.autograd.grad(y, g, u, allow_unused=True)
+    if vj is None:
+        return surrogate
+    dead = (vj.flatten(1).abs().sum(1) == 0) & (u.abs().sum(1) > 0)
+    return torch.where(dead.view(-1, *([1] * (vj.dim() - 1))), surrogate, vj).detach()
+
+
+def call_groups(nodes: torch.Tensor, rounds: torch.Tensor) -> list[torch.Tensor]:
+    """The problems in hook calls: each call one round, each node at most once (its ``j``-th
+    problem in the ``j``-th call of the round) — as many calls per round as the most problems
+    of one victim."""
+    key = rounds * (int(nodes.max()) + 1 if len(nodes) else 1) + nodes
+    order = torch.argsort(key, stable=True)
+    sorted_key = key[order]
+    start = torch.searchsorted(sorted_key, sorted_key, right=False)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order)) - start
+    groups = []
+    for t in torch.unique(rounds).tolist():
+        for j in torch.unique(rank[rounds == t]).tolist():
+            groups.append(torch.nonzero((rounds == t) & (rank == j)).flatten())
+    return groups
