@@ -175,14 +175,21 @@ def test_generic_variants_are_planned_for_gradient_matching_on_node_gradients():
         "tiny",
     )
     fedsgd = call_with_params(PROTOCOLS, "fedsgd", "protocol", lr=0.5)
-    planned = with_adaptive(build_attacks(task), "quantization", {"delta": 0.1}, oracle=fedsgd)
+    sends = frozenset({"outgoing"})
+    planned = with_adaptive(build_attacks(task), "quantization", {"delta": 0.1}, oracle=fedsgd, hooks=sends)
     labels = [p.label for p in planned["server"]]
     assert labels == ["dlg", "dlg" + ORACLE_SUFFIX, "dlg_batched", "analytic_logreg"]
-    undefended = with_adaptive(build_attacks(task), "none", {}, oracle=fedsgd)
-    assert [p.label for p in undefended["server"]] == ["dlg", "dlg_batched", "analytic_logreg"]
+    plain = ["dlg", "dlg_batched", "analytic_logreg"]
+    undefended = with_adaptive(build_attacks(task), "none", {}, oracle=fedsgd, hooks=sends)
+    assert [p.label for p in undefended["server"]] == plain
     fedavg = call_with_params(PROTOCOLS, "fedavg", "protocol", lr=0.5)  # no observed gradient
-    planned = with_adaptive(build_attacks(task), "quantization", {"delta": 0.1}, oracle=fedavg)
-    assert [p.label for p in planned["server"]] == ["dlg", "dlg_batched", "analytic_logreg"]
+    planned = with_adaptive(build_attacks(task), "quantization", {"delta": 0.1}, oracle=fedavg, hooks=sends)
+    assert [p.label for p in planned["server"]] == plain
+    # a defense that acts on nothing between the gradients and the observer (early stopping):
+    # its generic variant would repeat the standard attack
+    stops = frozenset({"should_stop"})
+    planned = with_adaptive(build_attacks(task), "early_stopping", {}, oracle=fedsgd, hooks=stops)
+    assert [p.label for p in planned["server"]] == plain
 
 
 def test_a_rotation_no_attack_knows_is_broken_by_the_generic_variant(tmp_path):

@@ -165,13 +165,15 @@ class Attack(ABC):
     def params(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
-    def uses_defense_oracle(self, protocol: Protocol) -> bool:
+    def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
         """Whether this configuration has a *generic* defense-aware variant on runs of
-        ``protocol``, run under the label ``<name>+oracle`` against every defense: its ``run``
-        then takes ``oracle=`` (an :class:`~bench.attacks.oracle.OracleClient`) and asks the
-        sandboxed process that runs the job's defense (:mod:`bench.runner.oracle`) for what it
-        needs of the defense — its send pipeline inside a matching objective, or reference
-        worlds trained under it — whatever the defense's name. Override in attacks that can."""
+        ``protocol`` against a defense that overrides ``hooks``
+        (:func:`~bench.simulation.hooks.overridden_hooks`: what it does, never its name), run
+        under the label ``<name>+oracle``: its ``run`` then takes ``oracle=`` (an
+        :class:`~bench.attacks.oracle.OracleClient`) and asks the sandboxed process that runs
+        the job's defense (:mod:`bench.runner.oracle`) for what it needs of the defense — its
+        send pipeline inside a matching objective, or reference worlds trained under it. Override
+        in attacks that can."""
         return False
 
     def adapt(self, defense: str, knowledge: dict[str, Any]) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from bench.attacks.gradients import (
     loss_name,
     parameter_leaves,
 )
-from bench.attacks.inversion.oracle_transform import GENERIC_SOURCES, DefenseTransform
+from bench.attacks.inversion.oracle_transform import DefenseTransform, node_gradient_variant
 from bench.attacks.oracle import OracleClient
 from bench.attacks.targets import NODE_SOURCES, gradient_targets, source_kinds
 from bench.data.stacked import counter_hash
@@ -149,10 +149,9 @@ class DLG(Attack):
     def requirements(self) -> Requirement:
         return Requirement(rounds=tuple(self.rounds), kinds=source_kinds(self.source))
 
-    def uses_defense_oracle(self, protocol: Protocol) -> bool:
-        """A generic defense-aware variant for one node's gradient (not for aggregates), where
-        the protocol defines what an observer reads as that gradient."""
-        return self.source in GENERIC_SOURCES and protocol.has_observed_gradient()
+    def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
+        """:func:`~bench.attacks.inversion.oracle_transform.node_gradient_variant`."""
+        return node_gradient_variant(self.source, protocol, hooks)
 
     def run(self, view: View, oracle: OracleClient | None = None) -> list[Reconstruction]:
         """Invert ``view``'s gradients; with ``oracle``, the generic defense-aware variant that

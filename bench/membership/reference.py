@@ -207,6 +207,42 @@ def train_reference_worlds(
     ]
 
 
+#: the hooks a defense's reference worlds train under (:func:`reference_worlds_at`): those of
+#: local training, which act in the worlds as in the run. The message hooks (``outgoing``,
+#: ``wrap_aggregation``) are left out — the worlds replay a federated run as gossip, so they
+#: would act on other messages than the run's (and secure aggregation, which changes no model,
+#: would only cost time)
+TRAINING_HOOKS = frozenset({"per_sample_gradients", "local_gradients", "local_update"})
+
+
+class TrainingHooks(DefenseHooks):
+    """A defense's training hooks (:data:`TRAINING_HOOKS`) and nothing else: identity messages
+    and aggregation, no stopping, no protocol overrides."""
+
+    def __init__(self, defense: DefenseHooks) -> None:
+        self.defense = defense
+        self.per_sample = defense.per_sample
+        self.weighted_per_sample = defense.weighted_per_sample
+
+    def bind(self, run: Any) -> None:
+        self.defense.bind(run)
+
+    def per_sample_gradients(self, grads: torch.Tensor, mask: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return self.defense.per_sample_gradients(grads, mask, ctx)
+
+    def sample_weights(self, norms: torch.Tensor, mask: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return self.defense.sample_weights(norms, mask, ctx)
+
+    def sample_sum(self, total: torch.Tensor, mask: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return self.defense.sample_sum(total, mask, ctx)
+
+    def local_gradients(self, grads: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return self.defense.local_gradients(grads, ctx)
+
+    def local_update(self, new: torch.Tensor, old: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return self.defense.local_update(new, old, ctx)
+
+
 def reference_worlds_at(
     cfg: SimulationConfig,
     x: torch.Tensor,
@@ -229,11 +265,9 @@ def reference_worlds_at(
     ``[P]`` for every node of every world (default: one seeded initialization per world);
     ``online_candidates``: the first that many rows of ``(x, y)`` are the candidates, each put in
     half of the worlds (:func:`draw_online_worlds`; default 0: offline, :func:`draw_worlds`);
-    ``hooks``: a defense the worlds train under (its hooks on every node of every world; the
-    defense oracle runs this for the generic membership variants, :mod:`bench.runner.oracle`).
-    The worlds replicate a federated run as gossip D-PSGD on a complete graph, so a defense's
-    gradient-path hooks (``per_sample_gradients``, ``local_gradients``, ``local_update``) act as
-    in the run while its message hooks act on the gossiped models rather than on uploads."""
+    ``hooks``: a defense the worlds train under — its training hooks (:class:`TrainingHooks`)
+    on every node of every world; the defense oracle runs this for the generic membership
+    variants (:mod:`bench.runner.oracle`)."""
     if cfg.protocol not in AS_GOSSIP:
         raise ReferenceWorldError(
             f"reference worlds cannot replicate protocol '{cfg.protocol}' ({', '.join(AS_GOSSIP)})"
@@ -279,7 +313,7 @@ def reference_worlds_at(
     threats = {"ref": build_threat("eavesdropper")} if source != "global_model" else {}
     sim = Simulation(
         ref_cfg,
-        hooks=hooks,
+        hooks=None if hooks is None else TrainingHooks(hooks),
         threats=threats,
         record_rounds=rounds if threats else None,
         record_kinds=["model"] if threats else None,

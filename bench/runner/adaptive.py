@@ -79,6 +79,7 @@ def with_adaptive(
     defense: str,
     knowledge: dict[str, Any],
     oracle: Protocol | None = None,
+    hooks: frozenset[str] = frozenset(),
 ) -> dict[str, list[PlannedAttack]]:
     """The task's attacks per threat, each followed by its adaptive variant against ``defense``
     when it has one and — with ``oracle``, the job's protocol — by its generic defense-aware
@@ -95,6 +96,8 @@ def with_adaptive(
     oracle:
         The job's protocol (built with the task's parameters), or ``None``: no generic variants
         (:meth:`~bench.attacks.base.Attack.uses_defense_oracle`).
+    hooks:
+        The hooks the defense overrides (from its probe).
     """
     out: dict[str, list[PlannedAttack]] = {}
     for threat, lst in attacks.items():
@@ -107,7 +110,7 @@ def with_adaptive(
                 planned.append(
                     PlannedAttack(label + ADAPTIVE_SUFFIX, name, merged, build_attack(name, **merged))
                 )
-            if oracle is not None and defense != "none" and attack.uses_defense_oracle(oracle):
+            if oracle is not None and defense != "none" and attack.uses_defense_oracle(oracle, hooks):
                 planned.append(PlannedAttack(label + ORACLE_SUFFIX, name, dict(params), attack))
         out[threat] = planned
     return out

@@ -79,6 +79,7 @@ def plan_defense(defense: DefenseSpec, tasks: list[TaskSpec], root: Path) -> Def
         overrides={k: dict(v["overrides"]) for k, v in per.items()},
         adaptive_knowledge=dict(out["adaptive_knowledge"]),
         threats=tuple(str(t) for t in out.get("threats", ())),
+        hooks=tuple(str(h) for h in out.get("hooks", ())),
     )
 
 

@@ -196,6 +196,7 @@ def run_job(
             spec.defense.name,
             job.plan.adaptive_knowledge,
             oracle=generic if GENERIC_VARIANTS else None,
+            hooks=frozenset(job.plan.hooks),
         )
         t_sim = time.perf_counter()
         defense_request = _defense_request(job, root)

@@ -194,7 +194,8 @@ class DefenseOracle:
             run = self._info
             g = torch.randn(1, 2, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
             theta = torch.randn(1, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
-            ctx = RoundContext(0, 0, torch.zeros(1, dtype=torch.long))
+            sender = 1 if receiver == 0 else 0  # a node other than the receiver
+            ctx = RoundContext(0, 0, torch.tensor([sender]))
             outs = [self._call(m, theta, g, ctx, receiver).detach() for m in (0, 1)]
             self.random = not torch.equal(outs[0], outs[1])
         return {

@@ -17,6 +17,7 @@ from typing import Any
 from bench.defenses_api import build_defense
 from bench.protocols import PROTOCOLS
 from bench.registry_utils import call_with_params
+from bench.simulation.hooks import overridden_hooks
 from bench.wire import unblob
 
 
@@ -24,7 +25,7 @@ def describe_defense(request: dict[str, Any]) -> dict[str, Any]:
     """Child side. ``request``: ``name``, ``params``, ``source`` (a blob), ``root``, and
     ``protocols``: ``key -> [protocol name, protocol params]``. Returns ``protocols`` (the
     names the defense declares), ``threats`` (the threat models it claims to address),
-    ``adaptive_knowledge`` and, per key, ``reason`` (``None`` when
+    ``adaptive_knowledge``, ``hooks`` (the hooks it overrides) and, per key, ``reason`` (``None`` when
     it applies) and ``overrides``."""
     defense = build_defense(
         request["name"], request["params"], Path(request["root"]), unblob(request["source"])
@@ -38,6 +39,7 @@ def describe_defense(request: dict[str, Any]) -> dict[str, Any]:
         "protocols": list(defense.protocols),
         "threats": [str(t) for t in defense.threats],
         "adaptive_knowledge": dict(defense.adaptive_knowledge()),
+        "hooks": sorted(overridden_hooks(defense)),
         "per_protocol": per_key,
     }
 
@@ -72,3 +74,6 @@ class DefensePlan:
     overrides: dict[str, dict[str, Any]]
     adaptive_knowledge: dict[str, Any]
     threats: tuple[str, ...] = ()
+    #: the hooks the defense overrides (:func:`~bench.simulation.hooks.overridden_hooks`): which
+    #: generic defense-aware variants have anything to put into their objective
+    hooks: tuple[str, ...] = ()

@@ -15,7 +15,7 @@ from bench.attacks.gradients import flat_model, input_shape, loss_function, loss
 from bench.attacks.inversion.adaptive import matching_adaptation
 from bench.attacks.inversion.matching import MATCHES, OBJECTIVES, matching_fn
 from bench.attacks.inversion.optimizers import OPTIMIZERS, batched_adam, batched_lbfgs
-from bench.attacks.inversion.oracle_transform import GENERIC_SOURCES, problems_transform
+from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, Problems, best_per_victim, build_problems
 from bench.attacks.oracle import OracleClient
 from bench.attacks.targets import SOURCES, gradient_targets, source_kinds, source_rounds
@@ -117,10 +117,9 @@ class BatchedDLG(Attack):
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
 
-    def uses_defense_oracle(self, protocol: Protocol) -> bool:
-        """A generic defense-aware variant for one node's gradient (not for aggregates), where
-        the protocol defines what an observer reads as that gradient."""
-        return self.source in GENERIC_SOURCES and protocol.has_observed_gradient()
+    def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
+        """:func:`~bench.attacks.inversion.oracle_transform.node_gradient_variant`."""
+        return node_gradient_variant(self.source, protocol, hooks)
 
     def problems(self, view: View) -> tuple[Problems, FlatModel, LossFn]:
         """The K problems of ``view`` with the model and loss they are matched with."""

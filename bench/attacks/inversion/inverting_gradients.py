@@ -16,7 +16,7 @@ from bench.attacks.gradients import (
 from bench.attacks.inversion.adaptive import matching_adaptation
 from bench.attacks.inversion.matching import MATCHES, matching_fn
 from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
-from bench.attacks.inversion.oracle_transform import GENERIC_SOURCES, problems_transform
+from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
 from bench.attacks.inversion.regularizers import pixel_box
 from bench.attacks.oracle import OracleClient
@@ -126,10 +126,9 @@ class InvertingGradients(Attack):
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
 
-    def uses_defense_oracle(self, protocol: Protocol) -> bool:
-        """A generic defense-aware variant for one node's gradient (not for aggregates), where
-        the protocol defines what an observer reads as that gradient."""
-        return self.source in GENERIC_SOURCES and protocol.has_observed_gradient()
+    def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
+        """:func:`~bench.attacks.inversion.oracle_transform.node_gradient_variant`."""
+        return node_gradient_variant(self.source, protocol, hooks)
 
     def run(self, view: View, oracle: OracleClient | None = None) -> list[Reconstruction]:
         """Invert ``view``'s gradients; with ``oracle``, the generic defense-aware variant."""

@@ -22,7 +22,7 @@ the objective. The chain rule from ``G`` to ``x̂`` runs here, by autograd.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,10 +30,17 @@ from bench.attacks.base import AttackError
 from bench.attacks.oracle import OracleClient
 from bench.threats import View
 
+if TYPE_CHECKING:
+    from bench.protocols import Protocol
+
 #: the gradient sources whose targets are one node's message (:mod:`bench.attacks.targets`): the
 #: ones a generic variant can push through that node's pipeline (not aggregates, not the Sybil
 #: difference of two secure aggregates)
 GENERIC_SOURCES = ("auto", "server_gradient", "neighbor_recovery")
+#: the hooks on the way from a node's per-sample gradients to what an observer reads: a defense
+#: that overrides none of them leaves ``D`` the identity (its generic variant would repeat the
+#: standard attack)
+SEND_HOOKS = frozenset({"per_sample_gradients", "local_gradients", "local_update", "outgoing"})
 
 
 class DefenseTransform:
@@ -109,3 +116,11 @@ def problems_transform(
     nodes = torch.tensor([int(targets[int(v)].node) for v in victim.tolist()], dtype=torch.long)
     rounds = torch.tensor([int(targets[int(v)].round) for v in victim.tolist()], dtype=torch.long)
     return oracle.for_view(view).transform(nodes, rounds, objective)
+
+
+def node_gradient_variant(source: str, protocol: Protocol, hooks: frozenset[str]) -> bool:
+    """Whether a gradient-matching attack reading ``source`` has a generic variant: one node's
+    gradient (:data:`GENERIC_SOURCES`, not an aggregate), a protocol that defines what an
+    observer reads as that gradient (:meth:`~bench.protocols.Protocol.observed_gradient`), and
+    a defense that acts on the way to it (:data:`SEND_HOOKS`)."""
+    return source in GENERIC_SOURCES and protocol.has_observed_gradient() and bool(hooks & SEND_HOOKS)

@@ -20,7 +20,13 @@ from bench.attacks.base import Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.gradients import architecture, flat_model
 from bench.attacks.membership.observed import check_rounds, requirement, resolve_rounds, stacked_targets
 from bench.errors import require
-from bench.membership.reference import SOURCES, ReferenceModels, ReferenceWorldError, reference_worlds_at
+from bench.membership.reference import (
+    SOURCES,
+    TRAINING_HOOKS,
+    ReferenceModels,
+    ReferenceWorldError,
+    reference_worlds_at,
+)
 from bench.registry_utils import require_choice
 from bench.simulation.config import SimulationConfig
 from bench.simulation.flat import FlatModel
@@ -99,10 +105,12 @@ class ReferenceAttack(Attack):
     def requirements(self) -> Requirement:
         return requirement(self.rounds, self.source)
 
-    def uses_defense_oracle(self, protocol: Protocol) -> bool:
-        """The generic variant trains its reference worlds under the defense, in the defense
-        oracle's process (their signals calibrated to the defended distribution)."""
-        return True
+    def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
+        """The generic variant trains its reference worlds under the defense's training hooks,
+        in the defense oracle's process (its signals calibrated to the defended distribution);
+        none when the defense overrides no training hook
+        (:data:`~bench.membership.reference.TRAINING_HOOKS`)."""
+        return bool(hooks & TRAINING_HOOKS)
 
     def run(  # type: ignore[override]
         self,
