@@ -57,11 +57,11 @@ def hostile_answer(request: Any) -> Any:
 
 def ask_twice(request: Any) -> Any:
     """Query the parent mid-request (as a generic attack queries the defense oracle)."""
-    from bench.runner import isolation
+    from bench.runner import queries
 
-    answers = [isolation.query({"n": n}) for n in request["ns"]]
+    answers = [queries.query({"n": n}) for n in request["ns"]]
     try:
-        isolation.query({"fail": True})
-    except isolation.ChildFailed as exc:
+        queries.query({"fail": True})
+    except queries.ChildFailed as exc:
         answers.append(f"failed: {exc}")
     return answers

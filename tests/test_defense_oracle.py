@@ -22,7 +22,7 @@ from bench.protocols import PROTOCOLS
 from bench.registry_utils import call_with_params
 from bench.runner import oracle
 from bench.runner.adaptive import ORACLE_SUFFIX, with_adaptive
-from bench.runner.job import build_attacks
+from bench.runner.planning import build_attacks
 from bench.specs import parse_task
 from bench.wire import blob
 

@@ -16,7 +16,7 @@ from bench.catalog import Catalog, bench_root
 from bench.cli import main
 from bench.errors import BenchInputError
 from bench.results.store import ResultStore
-from bench.runner.job import build_attacks
+from bench.runner.planning import build_attacks
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -88,7 +88,7 @@ def with_adaptive(
     Parameters
     ----------
     attacks:
-        ``threat -> [(name, params, attack)]`` (:func:`bench.runner.job.build_attacks`).
+        ``threat -> [(name, params, attack)]`` (:func:`bench.runner.planning.build_attacks`).
     defense:
         The defense's registered name.
     knowledge:

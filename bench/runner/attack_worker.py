@@ -17,7 +17,7 @@ import torch
 from bench.attacks import ATTACKS, build_attack
 from bench.attacks.oracle import OracleClient
 from bench.data.stacked import derive_seed
-from bench.runner import isolation
+from bench.runner import queries
 from bench.runner.adaptive import ORACLE_SUFFIX
 from bench.threats import View
 
@@ -74,10 +74,10 @@ def _run(
                 {"population": request.get("population")} if getattr(built, "needs_population", False) else {}
             )
             if label.endswith(ORACLE_SUFFIX):  # reference worlds trained under the defense
-                extra["oracle"] = OracleClient(isolation.query)
+                extra["oracle"] = OracleClient(queries.query)
             recs = built.run(view, candidates.get("x"), candidates.get("y"), **extra)
         elif label.endswith(ORACLE_SUFFIX):  # the generic defense-aware variant
-            recs = built.run(view, oracle=OracleClient(isolation.query))
+            recs = built.run(view, oracle=OracleClient(queries.query))
         else:
             recs = built.run(view)
         return {

@@ -25,7 +25,8 @@ from bench.errors import BenchInputError
 from bench.results.record import JobResult
 from bench.results.spool import ResultKeeper
 from bench.runner import isolation
-from bench.runner.job import Job, protocol_key, run_job
+from bench.runner.job import Job, run_job
+from bench.runner.planning import protocol_key
 from bench.runner.probe import DefensePlan, describe_defense
 from bench.runner.ray_executor import RayOptions, run_ray
 from bench.runner.truth import RunDataCache

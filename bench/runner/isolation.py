@@ -45,6 +45,8 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from bench.errors import BenchInputError
+from bench.runner import queries
+from bench.runner.queries import ANSWER, ChildFailed, receive
 
 # bench.wire (torch) is imported where used, so that `warm_up` can start the fork server before
 # the parent itself imports torch: both then import it at the same time
@@ -63,15 +65,6 @@ PRELOAD = (
 
 _lock = threading.Lock()
 _context: Any = None
-
-
-class ChildFailed(RuntimeError):
-    """A child process raised (other than an input error) or died without answering."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.detail = detail
 
 
 def context() -> Any:
@@ -154,31 +147,6 @@ def _answer(target: str, request: bytes) -> bytes:
 #: only there, never in the parent or a caller's own process: :mod:`bench.runner.sandbox`)
 IN_CHILD = False
 
-#: the pipe of this worker to the parent while it answers a request (:func:`query`)
-_PARENT: Any = None
-
-#: the first byte of a child's message to the parent: its answer, or a query for the parent to
-#: relay (:func:`query`)
-ANSWER, QUERY = b"A", b"Q"
-
-
-def query(payload: Any) -> Any:
-    """Child side: ask the parent a question mid-request and wait for the reply (plain data
-    both ways). The parent answers with the ``relay`` it passed to :meth:`Worker.request` — e.g.
-    an attack's queries to the defense oracle (:mod:`bench.runner.oracle`), which the parent
-    forwards to a sandboxed process of its own: the attack process never talks to defense code
-    directly. Raises :class:`ChildFailed` when the parent has no relay or the relay failed."""
-    from bench.wire import dumps, loads
-
-    if _PARENT is None:
-        raise ChildFailed("no parent to ask: queries are answered only in a worker of the harness")
-    _PARENT.send_bytes(QUERY + dumps(payload))
-    reply = loads(_PARENT.recv_bytes())
-    if not isinstance(reply, dict) or "ok" not in reply:
-        why = reply.get("failed") or reply.get("input_error") if isinstance(reply, dict) else None
-        raise ChildFailed(str(why or "an unreadable reply"))
-    return reply["ok"]
-
 
 def _child_setup(threads: int) -> None:
     import torch
@@ -199,9 +167,8 @@ def _exit() -> None:
 
 def _child_main(target: str, request: bytes, conn: Any, threads: int) -> None:
     """Entry point of a one-shot child: answer one request."""
-    global _PARENT
     _child_setup(threads)
-    _PARENT = conn
+    queries.PARENT = conn
     try:
         conn.send_bytes(ANSWER + _answer(target, request))
     finally:
@@ -211,9 +178,8 @@ def _child_main(target: str, request: bytes, conn: Any, threads: int) -> None:
 
 def _worker_main(conn: Any, threads: int) -> None:
     """Entry point of a worker: answer requests ``(target, request)`` until the pipe closes."""
-    global _PARENT
     _child_setup(threads)
-    _PARENT = conn
+    queries.PARENT = conn
     while True:
         try:
             target, request = pickle.loads(conn.recv_bytes())  # from the parent: trusted
@@ -245,28 +211,6 @@ def _decode(data: bytes, label: str) -> Any:
     if "failed" in answer:
         raise ChildFailed(str(answer["failed"]), str(answer.get("traceback", "")))
     return answer.get("ok")
-
-
-def _receive(conn: Any, relay: Callable[[bytes], bytes] | None) -> bytes:
-    """The child's answer on ``conn``; queries the child sends first (:func:`query`) are
-    answered with ``relay``: the query's encoded bytes in, an encoded answer out (``{"ok": …}``
-    or ``{"failed": reason}``; the parent need not decode either)."""
-    from bench.wire import dumps
-
-    while True:
-        data = conn.recv_bytes()
-        if data[:1] == ANSWER:
-            return data[1:]
-        if data[:1] != QUERY:
-            return data  # unreadable: _decode says so
-        try:
-            if relay is None:
-                raise ChildFailed("this request has no relay for queries")
-            reply = relay(data[1:])
-        except Exception as exc:  # the relay's failure is the query's, not the parent's
-            text = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
-            reply = dumps({"failed": str(text).splitlines()[0][:300] if str(text) else type(exc).__name__})
-        conn.send_bytes(reply)
 
 
 def _died(proc: Any, label: str) -> ChildFailed:
@@ -315,7 +259,7 @@ def call(
     proc = _start(_child_main, (_qualname(target), dumps(request), sender, threads))
     sender.close()
     try:
-        data = _receive(receiver, relay)
+        data = receive(receiver, relay)
     except EOFError:
         raise _died(proc, label) from None
     except BaseException:  # interrupted while it runs: it is ours to end
@@ -348,7 +292,7 @@ class Worker:
 
         try:
             self.conn.send_bytes(pickle.dumps((_qualname(target), dumps(request))))
-            data = _receive(self.conn, relay)
+            data = receive(self.conn, relay)
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise _died(self.proc, label) from None
         return _decode(data, label)

@@ -21,7 +21,6 @@ names or parameters, also when raised inside a child) end the sweep with a clear
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any
 
 import torch
 
-from bench.attacks import Attack, build_attack
+from bench.attacks import build_attack
 from bench.errors import BenchInputError
 from bench.protocols import PROTOCOLS
 from bench.registry_utils import call_with_params
@@ -42,6 +41,7 @@ from bench.runner.adaptive import PlannedAttack, attack_indices, with_adaptive
 from bench.runner.attack_worker import attack as attack_entry
 from bench.runner.audit import audit
 from bench.runner.oracle import OracleRelay, oracle_seed
+from bench.runner.planning import build_attacks, protocol_key, record_plan
 from bench.runner.probe import DefensePlan
 from bench.runner.sim_worker import simulate
 from bench.runner.truth import RunDataCache, Scorer
@@ -49,65 +49,8 @@ from bench.scoring import privacy_score
 from bench.simulation.aggregation_log import DEFAULT_BUDGET
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import with_protocol_overrides
-from bench.specs import RunSpec, TaskSpec
+from bench.specs import RunSpec
 from bench.wire import blob
-
-
-def build_attacks(task: TaskSpec) -> dict[str, list[tuple[str, dict[str, Any], Attack]]]:
-    """``threat -> [(attack name, params, attack)]`` for a task, checking every attack applies to
-    its threat model (a mismatch is an input error naming the attack and the valid threats)."""
-    out: dict[str, list[tuple[str, dict[str, Any], Attack]]] = {}
-    for th in task.threats:
-        attacks = []
-        for a in th.attacks:
-            attack = build_attack(a.name, **a.params)
-            if attack.threats and th.name not in attack.threats:
-                raise BenchInputError(
-                    f"task '{task.name}'.threats.{th.name}.attacks",
-                    a.name,
-                    reason=f"applies to threat models {', '.join(attack.threats)} only",
-                )
-            attacks.append((a.name, dict(a.params), attack))
-        out[th.name] = attacks
-    return out
-
-
-def protocol_key(cfg: SimulationConfig) -> str:
-    """Identifies a protocol configuration (name and parameters) within a sweep."""
-    return json.dumps([cfg.protocol, cfg.protocol_params], sort_keys=True, default=str)
-
-
-def record_plan(attacks: dict[str, list[PlannedAttack]]) -> dict[str, Any]:
-    """What the transcript keeps: the union of the attacks' declared requirements (adaptive
-    variants included)."""
-    needs = [p.attack.requirements() for lst in attacks.values() for p in lst]
-    rounds: list[int] | str = sorted({r for req in needs for r in req.rounds})
-    if any(req.all_rounds for req in needs):
-        rounds = "all"  # the transcript grows with the run: such tasks stay small
-    kinds_sets = [req.kinds for req in needs]
-    kinds = None if any(k is None for k in kinds_sets) else sorted({k for ks in kinds_sets for k in ks or ()})
-    return {
-        "rounds": rounds,
-        "kinds": kinds,
-        "totals": sorted({k for req in needs for k in req.totals}),
-        "series": series_plan(attacks),
-    }
-
-
-def series_plan(attacks: dict[str, list[PlannedAttack]]) -> dict[str, Any]:
-    """The rounds of the scorer's per-round series: every round a membership attack scores
-    (``"last"``: the last round the run ran), where the states of all nodes are kept so that the
-    parent computes the generalization error and the consensus distance itself."""
-    rounds: set[int] = set()
-    last = False
-    for lst in attacks.values():
-        for p in lst:
-            if "membership_auc" not in p.attack.metrics:
-                continue
-            listed = getattr(p.attack, "rounds", [])
-            rounds |= {int(r) for r in listed if isinstance(r, int)}
-            last = last or "last" in listed
-    return {"rounds": sorted(rounds), "last": last}
 
 
 @dataclass

@@ -7,7 +7,7 @@ observer reads them (:meth:`bench.protocols.Protocol.observed_gradient`: ``per_s
 or the mean, ``local_gradients``, the protocol's own step, ``local_update``, ``outgoing``).
 Defense code never runs in the attack process: this module runs in a sandboxed *oracle
 process* of the defense plugin (:mod:`bench.runner.sandbox`), and the attack process asks the
-parent, which relays (:func:`bench.runner.isolation.query`). Queries and replies are plain data
+parent, which relays (:func:`bench.runner.queries.query`). Queries and replies are plain data
 (:mod:`bench.wire`).
 
 What the oracle answers, for attacker-chosen per-sample gradients ``G [K, B, P]`` at parameters
@@ -102,7 +102,7 @@ def oracle_seed(seed: int) -> int:
 
 
 class OracleRelay:
-    """Parent side: answers an attack process's queries (:func:`bench.runner.isolation.query`)
+    """Parent side: answers an attack process's queries (:func:`bench.runner.queries.query`)
     by passing their bytes to a defense oracle process of the job and its answer's bytes back
     (the parent decodes neither: both ends read plain data only). The process is started and set
     up (:func:`setup`) on the first query and ended with :meth:`close`."""

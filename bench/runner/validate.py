@@ -135,7 +135,7 @@ def _check_utility(task: TaskSpec, classification: bool) -> None:
 
 
 def _check_threat(task: TaskSpec, th: object, rounds: int | None) -> None:
-    from bench.runner.job import build_attacks
+    from bench.runner.planning import build_attacks
 
     field = f"task '{task.name}'.threats.{th.name}"  # type: ignore[attr-defined]
     if not th.attacks:  # type: ignore[attr-defined]

@@ -11,7 +11,7 @@ where ``D_{v,t}`` is victim ``v``'s pipeline in round ``t`` (``per_sample_gradie
 mean, ``local_gradients``, the protocol's step, ``local_update``, ``outgoing``:
 :meth:`bench.protocols.Protocol.observed_gradient`). ``D`` runs in the sandboxed oracle process
 (:mod:`bench.runner.oracle`), never here: :class:`~bench.attacks.oracle.OracleClient` sends
-plain-data queries through ``ask`` (the harness's relay, :func:`bench.runner.isolation.query`),
+plain-data queries through ``ask`` (the harness's relay, :func:`bench.runner.queries.query`),
 and :class:`ThroughOracle`
 is the ``torch.autograd.Function`` whose forward is the oracle's ``dist(D(G), g)`` (``D`` an
 average over draws where it is random: EOT) and whose backward is the gradient wrt ``G`` the
