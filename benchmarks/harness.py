@@ -14,7 +14,9 @@ What is compared
 Each job of the sweep is run both ways, one after the other (alternating which goes first), so
 that drift of this VM's speed hits both alike; the script prints per-task totals, the overhead
 ``isolated / in-process − 1`` and checks that both produced the same numbers (utility,
-leakages) — the isolation changes where code runs, not what it computes.
+leakages) — the isolation changes where code runs, not what it computes. The generic
+defense-aware variants (``+oracle``) are off in this comparison: their queries to the defense
+oracle need the process boundary they are relayed across.
 
 With ``--audit`` the two ways are instead the isolated jobs *with* the trust checks — the channel
 audit (the aggregations logged and replayed by a fresh defense in an audit process,
@@ -50,7 +52,9 @@ from bench.runner.validate import validate_task
 from bench.simulation.lightning import quiet_lightning
 
 
-def _inline(pool: Any, key: Any, target: Any, request: Any, threads: int, label: str) -> Any:
+def _inline(
+    pool: Any, key: Any, target: Any, request: Any, threads: int, label: str, relay: Any = None
+) -> Any:
     return target(request)
 
 
@@ -74,8 +78,9 @@ def run_both(
                     job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = (
                         checks if mode == "iso" else (None, None, None, False)
                     )
-                else:
+                else:  # the generic variants need a process to relay their oracle queries: off
                     job._isolated = isolated_fn if mode == "iso" else _inline
+                    job.GENERIC_VARIANTS = False
                 start = time.perf_counter()
                 r = job.run_job(j, root, threads=threads, data_cache=cache, pool=pool)
                 res[mode] = (r, time.perf_counter() - start)
