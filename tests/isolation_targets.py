@@ -65,3 +65,16 @@ def ask_twice(request: Any) -> Any:
     except queries.ChildFailed as exc:
         answers.append(f"failed: {exc}")
     return answers
+
+
+def sandboxed_scratch(request: Any) -> Any:
+    """Enter the sandbox, write a file into the scratch folder and say where it is."""
+    import tempfile
+
+    from bench.runner import sandbox
+
+    sandbox.enter("test")
+    path = os.path.join(tempfile.gettempdir(), "left-behind")
+    with open(path, "w") as fh:
+        fh.write("x")
+    return {"scratch": tempfile.gettempdir(), "pid": os.getpid()}

@@ -38,7 +38,7 @@ from bench.defenses_api import DEFENSES, Defense
 
 @DEFENSES.register("rotation", "a fixed random orthogonal rotation of each upload, undone by the server")
 class Rotation(Defense):
-    protocols = ("fedsgd",)
+    protocols = ("fedsgd", "fedavg")
 
     def bind(self, run):
         super().bind(run)
@@ -149,16 +149,38 @@ def test_a_random_defense_is_averaged_over_fixed_draws():
     assert torch.isfinite(noisy).all()
 
 
-def test_call_groups_hold_each_node_once_and_cover_every_problem():
-    nodes = torch.tensor([3, 1, 3, 0, 1, 3, 2])
-    rounds = torch.tensor([0, 0, 0, 1, 1, 0, 0])
-    groups = oracle.call_groups(nodes, rounds)
-    seen = torch.cat(groups).sort().values
-    assert seen.tolist() == list(range(7))
-    for g in groups:
-        assert len(set(nodes[g].tolist())) == len(g)
-        assert len(set(rounds[g].tolist())) == 1
-    assert len(groups) == 4  # round 0: node 3 thrice; round 1: one call
+def test_a_nodes_several_problems_share_one_call_as_if_each_were_alone():
+    """Restarts and label hypotheses of one victim are rows of one hook call (the send-side
+    hooks are row-local): each problem's answer equals the answer to it alone, rounds apart."""
+    source = (REPO / "defenses" / "top_k.py").read_bytes()
+    o = _task("top_k", {"fraction": 0.3}, source)
+    q = _query(o, 6, 2)
+    q["nodes"] = torch.tensor([3, 1, 3, 0, 1, 3])
+    q["rounds"] = torch.tensor([0, 0, 0, 1, 1, 0])
+    together = o.handle(q)
+    fields = ("grads", "theta", "target", "nodes", "rounds")
+    for k in range(6):
+        alone = o.handle({**q, **{f: q[f][k : k + 1] for f in fields}})
+        torch.testing.assert_close(together["values"][k : k + 1], alone["values"], rtol=1e-12, atol=0)
+        torch.testing.assert_close(together["grads"][k : k + 1], alone["grads"], rtol=1e-12, atol=0)
+    assert len(oracle.round_groups(q["rounds"])) == 2
+    assert oracle.round_groups(torch.zeros(4, dtype=torch.long)) == [slice(None)]
+
+
+def test_a_problem_set_is_sent_once_and_named_after():
+    """``θ`` and ``g`` travel with the first query of a problem set only; later queries name its
+    token, and a token the oracle does not keep is refused with the reason the client resends on."""
+    from bench.attacks.oracle import UNKNOWN_PROBLEMS
+
+    source = (REPO / "defenses" / "gradient_clipping.py").read_bytes()
+    o = _task("gradient_clipping", {"max_norm": 0.5}, source)
+    q = _query(o, 4, 2)
+    first = o.handle({**q, "problems": "abc"})
+    named = {k: v for k, v in q.items() if k not in ("theta", "target")}
+    again = o.handle({**named, "problems": "abc"})
+    torch.testing.assert_close(first["values"], again["values"], rtol=0, atol=0)
+    with pytest.raises(oracle.OracleError, match=UNKNOWN_PROBLEMS):
+        o.handle({**named, "problems": "never-sent"})
 
 
 def test_generic_variants_are_planned_for_gradient_matching_on_node_gradients():
@@ -192,21 +214,27 @@ def test_generic_variants_are_planned_for_gradient_matching_on_node_gradients():
     assert [p.label for p in planned["server"]] == plain
 
 
-def test_a_rotation_no_attack_knows_is_broken_by_the_generic_variant(tmp_path):
-    """An eavesdropper sees rotated uploads only (the server, an insider, would decode them):
-    DLG learns nothing, DLG through the defense oracle reconstructs the data."""
+def _digits_task(protocol: str, params: dict, attack: dict) -> dict:
+    """A 4-node digits MLP (2 rounds) whose eavesdropper runs ``attack`` on round 0."""
     task = tiny_task([])
     task["simulation"] = {
         "dataset": "digits",
         "model": "mlp",
         "model_params": {"hidden": [16]},
         "nodes": 4,
-        "protocol": "fedsgd",
-        "protocol_params": {"lr": 0.1, "batch_size": 1},
+        "protocol": protocol,
+        "protocol_params": params,
         "rounds": 2,
         "eval_every": 2,
     }
-    task["threats"] = [{"name": "eavesdropper", "attacks": [{"name": "dlg", "params": {"rounds": [0]}}]}]
+    task["threats"] = [{"name": "eavesdropper", "attacks": [attack]}]
+    return task
+
+
+def test_a_rotation_no_attack_knows_is_broken_by_the_generic_variant(tmp_path):
+    """An eavesdropper sees rotated uploads only (the server, an insider, would decode them):
+    DLG learns nothing, DLG through the defense oracle reconstructs the data."""
+    task = _digits_task("fedsgd", {"lr": 0.1, "batch_size": 1}, {"name": "dlg", "params": {"rounds": [0]}})
     root = make_root(tmp_path, task, {"rotation": ROTATION})
     store = evaluate(root, tmp_path)
     rotated = outcomes(store, "rotation")
@@ -219,6 +247,54 @@ def test_a_rotation_no_attack_knows_is_broken_by_the_generic_variant(tmp_path):
     assert result.status == "ok"  # the audit replays the server's undoing: it is honest
     assert result.provenance["oracle"]["queries"] > 0
     assert result.provenance["oracle"]["sandbox"].startswith("landlock")  # as the simulation's
+
+
+def test_a_rotation_of_fedavg_uploads_is_broken_by_generic_update_matching(tmp_path):
+    """FedAvg: the eavesdropper sees rotated local models. Update matching learns nothing from
+    them; through the oracle (``D(Δ') = R(θ + Δ') − θ``) it reconstructs the data."""
+    attack = {"name": "fedavg_update_inversion", "params": {"rounds": [0], "iterations": 300}}
+    task = _digits_task("fedavg", {"lr": 0.1, "batch_size": 1, "local_steps": 1}, attack)
+    root = make_root(tmp_path, task, {"rotation": ROTATION})
+    store = evaluate(root, tmp_path)
+    rotated, plain = outcomes(store, "rotation"), outcomes(store, "none")
+    label = "fedavg_update_inversion"
+    assert plain[label].leakage > 0.9
+    assert rotated[label].status == "ok" and rotated[label].leakage < 0.5
+    generic = rotated[label + ORACLE_SUFFIX]
+    assert generic.status == "ok", generic.reason
+    assert generic.leakage > 0.9
+
+
+def test_the_update_pipeline_is_answered_in_closed_form(tmp_path):
+    """``D(Δ) = outgoing(local_update(θ + Δ, θ)) − θ`` for a defense that halves the message."""
+    source = """
+from bench.defenses_api import DEFENSES, Defense
+
+
+@DEFENSES.register("halve", "halve the uploads")
+class Halve(Defense):
+    protocols = ("fedavg",)
+
+    def outgoing(self, msgs, ctx):
+        return msgs.with_payload(msgs.payload * 0.5)
+"""
+    spec = tiny_task([])
+    spec["simulation"]["protocol"] = "fedavg"
+    spec["simulation"]["dtype"] = "float64"
+    root = make_root(tmp_path, spec, {"halve": source})
+    task = parse_task(spec, "tiny")
+    defense = {"name": "halve", "params": {}, "source": blob(source.encode()), "root": str(root)}
+    oracle.setup({"task": task.model_dump_json(), "seed": 7, "defense": defense})
+    o = oracle._ORACLE[0]
+    q = _query(o, 5, 1)
+    got = o.handle(q)
+    d = q["grads"][:, 0].clone().requires_grad_(True)
+    want = gradient_distance(0.5 * (q["theta"] + d) - q["theta"], q["target"], "l2")
+    (dd,) = torch.autograd.grad(want.sum(), d)
+    torch.testing.assert_close(got["values"], want.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["grads"][:, 0], dd, rtol=1e-10, atol=1e-12)
+    with pytest.raises(oracle.OracleError, match="one update per problem"):
+        o.handle(_query(o, 2, 3))
 
 
 def test_the_generic_variant_is_as_strong_as_the_name_keyed_one(tmp_path, monkeypatch):
@@ -306,3 +382,18 @@ def test_every_committed_defense_is_answered_on_fedsgd():
                 assert name == "secure_aggregation" and "not real vectors" in str(exc)
                 continue
             assert torch.isfinite(got["values"]).all() and torch.isfinite(got["grads"]).all(), name
+
+
+def test_update_matching_has_a_generic_variant_only_without_per_step_hooks():
+    """FedAvg update matching runs ``+oracle`` against a defense acting on the trained model or its
+    message, not against one acting inside the local steps, and not on FedSGD."""
+    from bench.attacks.inversion.local_updates import FedAvgUpdateInversion
+
+    fedavg = call_with_params(PROTOCOLS, "fedavg", "protocol", lr=0.5)
+    fedsgd = call_with_params(PROTOCOLS, "fedsgd", "protocol", lr=0.5)
+    attack = FedAvgUpdateInversion()
+    assert attack.uses_defense_oracle(fedavg, frozenset({"outgoing"}))
+    assert attack.uses_defense_oracle(fedavg, frozenset({"local_update", "wrap_aggregation"}))
+    assert not attack.uses_defense_oracle(fedavg, frozenset({"outgoing", "local_gradients"}))
+    assert not attack.uses_defense_oracle(fedavg, frozenset({"wrap_aggregation"}))
+    assert not attack.uses_defense_oracle(fedsgd, frozenset({"outgoing"}))

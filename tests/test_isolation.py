@@ -83,3 +83,16 @@ def test_a_child_can_ask_the_parent_mid_request():
         assert alone == ["failed: this request has no relay for queries"]
     finally:
         pool.close()
+
+
+def test_a_sandboxed_childs_scratch_folder_ends_with_it():
+    """What a sandboxed child wrote into its private scratch folder is removed by the parent
+    once the child has ended: a one-shot child and a long-lived worker alike."""
+    one_shot = isolation.call(targets.sandboxed_scratch, None)
+    assert os.path.basename(one_shot["scratch"]).startswith(f"bench-{one_shot['pid']}-test-")
+    assert not os.path.exists(one_shot["scratch"])
+    worker = isolation.Worker(1)
+    answer = worker.request(targets.sandboxed_scratch, None, "test")
+    assert os.path.exists(os.path.join(answer["scratch"], "left-behind"))  # alive: still there
+    worker.close()
+    assert not os.path.exists(answer["scratch"])

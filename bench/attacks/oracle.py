@@ -10,6 +10,7 @@ signals are calibrated to the defended distribution. Queries and answers are pla
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 
 #: the query channel: plain data in, plain data out (raises when the oracle cannot answer)
 Ask = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: the oracle's reason when an evaluate query names a problem set it does not keep (e.g. its
+#: process was restarted): the client sends ``θ`` and ``g`` again
+UNKNOWN_PROBLEMS = "unknown problem set"
 
 
 class OracleClient:
@@ -49,8 +54,8 @@ class OracleClient:
     def for_view(self, view: View) -> OracleClient:
         """This client with the receiver of ``view``'s adversary."""
         receiver = view.coalition[0] if view.threat == "neighbors" and view.coalition else SERVER
-        out = object.__new__(OracleClient)
-        out.__dict__.update(self.__dict__, receiver=int(receiver))
+        out = copy.copy(self)  # shares the channel and what info() learnt
+        out.receiver = int(receiver)
         return out
 
     def query(self, q: dict[str, Any]) -> dict[str, Any]:

@@ -168,6 +168,22 @@ class Protocol(ABC):
         """Whether :meth:`observed_gradient` is defined for this configuration."""
         return False
 
+    def observed_update(
+        self, hooks: DefenseHooks, theta: torch.Tensor, update: torch.Tensor, ctx: RoundContext, receiver: int
+    ) -> torch.Tensor:
+        """What an observer at ``receiver`` reads as the local update of the nodes ``ctx.nodes``
+        (one row each) in round ``ctx.round``, had their local training taken them from ``theta
+        [n, P]`` to ``theta + update``: the hooks that act on the trained model and its message
+        (``local_update``, ``outgoing``), mapped back to update space the way the update attacks
+        read the message. Defined where a protocol's uploads are local models (FedAvg); the
+        per-step hooks are not in it
+        (:data:`~bench.attacks.inversion.oracle_transform.PER_STEP_HOOKS`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no observed update")
+
+    def has_observed_update(self) -> bool:
+        """Whether :meth:`observed_update` is defined for this configuration."""
+        return False
+
     def reduce_gradients(
         self, hooks: DefenseHooks, per_sample: torch.Tensor, ctx: RoundContext
     ) -> torch.Tensor:

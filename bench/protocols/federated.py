@@ -267,6 +267,21 @@ class FedAvg(_Federated):
         "local_model": "client → server: the local model θ_c(t) after local SGD"
     }
 
+    def has_observed_update(self) -> bool:
+        return True
+
+    def observed_update(
+        self, hooks: DefenseHooks, theta: torch.Tensor, update: torch.Tensor, ctx: RoundContext, receiver: int
+    ) -> torch.Tensor:
+        """The upload minus the model sent: ``outgoing(local_update(θ + Δ, θ)) − θ`` (the local
+        model after the hook of :meth:`local_sgd`, step 0, then sent to the server, step 1)."""
+        assert ctx.nodes is not None
+        local = hooks.local_update(theta + update, theta, RoundContext(ctx.round, 0, ctx.nodes))
+        rows = torch.arange(len(ctx.nodes), device=local.device)
+        edges = torch.stack([rows, torch.full_like(rows, SERVER)], dim=1)
+        msgs = MessageBatch(ctx.round, 1, "local_model", local, ctx.nodes, edges)
+        return hooks.outgoing(msgs, RoundContext(ctx.round, 1, ctx.nodes)).per_edge().payload - theta
+
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None
         clients = self.sample_clients(t, self.context.n_nodes, state["global"].device)

@@ -45,7 +45,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from bench.errors import BenchInputError
-from bench.runner import queries
+from bench.runner import queries, sandbox
 from bench.runner.queries import ANSWER, ChildFailed, receive
 
 # bench.wire (torch) is imported where used, so that `warm_up` can start the fork server before
@@ -260,14 +260,17 @@ def call(
     sender.close()
     try:
         data = receive(receiver, relay)
+        proc.join(timeout=5)
     except EOFError:
         raise _died(proc, label) from None
     except BaseException:  # interrupted while it runs: it is ours to end
         proc.kill()
+        proc.join(timeout=2)
         raise
     finally:
         receiver.close()
-    proc.join(timeout=5)
+        if not proc.is_alive():
+            sandbox.remove_scratch(proc.pid)
     return _decode(data, label)
 
 
@@ -318,6 +321,7 @@ class Worker:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(timeout=2)
+        sandbox.remove_scratch(self.proc.pid)
 
 
 class WorkerPool:

@@ -202,7 +202,7 @@ def run_job(
         t_attacks = time.perf_counter()
         relay = OracleRelay(
             {"task": task.model_dump_json(), "seed": oracle_seed(spec.seed), "defense": defense_request},
-            threads,
+            1,
         )
         try:
             for threat, lst in attacks.items():

@@ -4,8 +4,10 @@ A generic defense-aware attack (label ``<attack>+oracle``, :mod:`bench.runner.ad
 the defense's own send pipeline into its matching objective: it matches ``D(∇_θ L(x̂))`` to the
 observed gradient, where ``D`` is what node ``v``'s hooks make of per-sample gradients before an
 observer reads them (:meth:`bench.protocols.Protocol.observed_gradient`: ``per_sample_gradients``
-or the mean, ``local_gradients``, the protocol's own step, ``local_update``, ``outgoing``).
-Defense code never runs in the attack process: this module runs in a sandboxed *oracle
+or the mean, ``local_gradients``, the protocol's own step, ``local_update``, ``outgoing``) —
+or, on a protocol whose uploads are local models (FedAvg), what they make of a local update
+``Δ`` (:meth:`~bench.protocols.Protocol.observed_update`; ``G`` then holds one row per
+problem). Defense code never runs in the attack process: this module runs in a sandboxed *oracle
 process* of the defense plugin (:mod:`bench.runner.sandbox`), and the attack process asks the
 parent, which relays (:func:`bench.runner.queries.query`). Queries and replies are plain data
 (:mod:`bench.wire`).
@@ -28,9 +30,13 @@ What the oracle answers, for attacker-chosen per-sample gradients ``G [K, B, P]`
   Approximation with the identity (BPDA, Athalye et al. 2018, §4.1; the straight-through
   estimator).
 
-Rows of one call are distinct nodes (:class:`~bench.simulation.hooks.RoundContext` ``nodes``),
-so the K problems go through the hooks in as many calls as the most problems of one victim
-(restarts × label hypotheses), each a stacked call over victims. What the oracle cannot know: the
+The K problems of a round go through the hooks in one stacked call per draw, a victim's several
+problems (restarts × label hypotheses) as rows of their own with the same node in
+:class:`~bench.simulation.hooks.RoundContext` ``nodes``: the send-side hooks are row-local (the
+audit checks it), so a row's output depends on its input and its node's state only. The
+parameters ``θ`` and targets ``g`` of an attack's problems do not change over its iterations:
+they are sent once per *problem set* (a token of the client's choosing, :data:`PROBLEM_SETS` kept)
+and each later query carries the per-sample gradients only. What the oracle cannot know: the
 state a stateful defense (error feedback, momentum) had reached in the real run — it answers for
 the defense as bound, before any round.
 """
@@ -38,6 +44,7 @@ the defense as bound, before any round.
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +52,7 @@ from typing import Any
 import torch
 
 from bench.attacks.inversion.matching import gradient_distance
+from bench.attacks.oracle import UNKNOWN_PROBLEMS
 from bench.data.stacked import derive_seed
 from bench.defenses_api import build_defense
 from bench.membership.reference import ReferenceWorldError, reference_worlds_at
@@ -61,6 +69,9 @@ from bench.wire import unblob
 #: noise of scale σ leaves σ/√M of it in the objective (σ√(1 + 1/M) between the matched and the
 #: observed message), so M = 2 is within 10 % of M = 4 at half the cost per query
 EOT_DRAWS = 2
+
+#: problem sets (``θ``, ``g`` of one attack's problems) an oracle keeps, the latest first
+PROBLEM_SETS = 16
 
 #: the oracle of the job being attacked (an oracle process serves one job: :class:`OracleRelay`)
 _ORACLE: list[DefenseOracle] = []
@@ -87,7 +98,8 @@ def setup(request: dict[str, Any]) -> dict[str, Any]:
 def answer(query: dict[str, Any]) -> dict[str, Any]:
     """Child side: answer one query of an attack — ``{"op": "info", "receiver"}``,
     ``{"op": "evaluate", "grads", "theta", "target", "objective", "nodes", "rounds",
-    "receiver"}`` (:meth:`DefenseOracle.evaluate`) or ``{"op": "reference_worlds", …}``
+    "receiver", "problems"}`` (:meth:`DefenseOracle.evaluate`; ``theta`` and ``target`` may be
+    left out for a ``problems`` token sent with them before) or ``{"op": "reference_worlds", …}``
     (:meth:`DefenseOracle.reference_worlds`)."""
     if not _ORACLE:
         raise OracleError("the oracle was asked before it was set up")
@@ -147,6 +159,7 @@ class DefenseOracle:
         self._make, self._info = make, self.sim.run_info()
         self.instances: list[DefenseHooks] = [first]
         self.random: bool | None = None
+        self.problem_sets: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
 
     def _instance(self, m: int) -> DefenseHooks:
         while len(self.instances) <= m:
@@ -161,11 +174,28 @@ class DefenseOracle:
             return self.info(int(q["receiver"]))
         if op == "evaluate":
             where = q["nodes"], q["rounds"], int(q["receiver"])
-            values, grads = self.evaluate(q["grads"], q["theta"], q["target"], str(q["objective"]), *where)
+            theta, target = self.problem_set(q)
+            values, grads = self.evaluate(q["grads"], theta, target, str(q["objective"]), *where)
             return {"values": values, "grads": grads}
         if op == "reference_worlds":
             return {"worlds": self.reference_worlds(q)}
         raise OracleError(f"unknown oracle query {op!r}")
+
+    def problem_set(self, q: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(θ, g)`` of an evaluate query: sent with it (and kept under its ``problems`` token,
+        if any) or kept from an earlier query of the same token."""
+        token = q.get("problems")
+        if "theta" in q:
+            pair = q["theta"], q["target"]
+            if token is not None:
+                self.problem_sets[str(token)] = pair
+                while len(self.problem_sets) > PROBLEM_SETS:
+                    self.problem_sets.popitem(last=False)
+            return pair
+        if token is None or str(token) not in self.problem_sets:
+            raise OracleError(f"{UNKNOWN_PROBLEMS}: {token!r}")
+        self.problem_sets.move_to_end(str(token))
+        return self.problem_sets[str(token)]
 
     def reference_worlds(self, q: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
         """Reference worlds trained under a fresh instance of the defense (bound inside by the
@@ -192,7 +222,8 @@ class DefenseOracle:
         if self.random is None:
             gen = torch.Generator().manual_seed(0)
             run = self._info
-            g = torch.randn(1, 2, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
+            b = 2 if self.protocol.has_observed_gradient() else 1  # an update query: one per problem
+            g = torch.randn(1, b, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
             theta = torch.randn(1, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
             sender = 1 if receiver == 0 else 0  # a node other than the receiver
             ctx = RoundContext(0, 0, torch.tensor([sender]))
@@ -208,20 +239,31 @@ class DefenseOracle:
     def draws(self) -> int:
         return EOT_DRAWS if self.random else 1
 
+    def _pipeline(
+        self, hooks: DefenseHooks, theta: torch.Tensor, grads: torch.Tensor, ctx: RoundContext, receiver: int
+    ) -> torch.Tensor:
+        """``D`` of the protocol: :meth:`~bench.protocols.Protocol.observed_gradient` of
+        per-sample gradients ``[K, B, P]``, or, where a protocol's uploads are local models,
+        :meth:`~bench.protocols.Protocol.observed_update` of local updates ``[K, 1, P]``."""
+        if self.protocol.has_observed_gradient():
+            return self.protocol.observed_gradient(hooks, theta, grads, ctx, receiver)
+        if grads.shape[1] != 1:
+            raise OracleError(f"an update query holds one update per problem, not {grads.shape[1]}")
+        return self.protocol.observed_update(hooks, theta, grads[:, 0], ctx, receiver)
+
     def _call(
         self, m: int, theta: torch.Tensor, grads: torch.Tensor, ctx: RoundContext, receiver: int
     ) -> torch.Tensor:
         instance = self._instance(m)
-        hooks = _as_bound(instance)
         try:
-            out = self.protocol.observed_gradient(hooks, theta, grads, ctx, receiver)
-        except RuntimeError:
-            if not torch.is_grad_enabled():
+            out = self._pipeline(_as_bound(instance), theta, grads, ctx, receiver)
+        except RuntimeError as exc:
+            if isinstance(exc, NotImplementedError) or not torch.is_grad_enabled():
                 raise
             # an operation autograd cannot record (an ``out=`` argument, an in-place write to a
             # leaf): the forward without a graph, and BPDA for the backward (:func:`_pullback`)
             with torch.no_grad():
-                out = self.protocol.observed_gradient(_as_bound(instance), theta, grads, ctx, receiver)
+                out = self._pipeline(_as_bound(instance), theta, grads, ctx, receiver)
         if not isinstance(out, torch.Tensor) or not out.is_floating_point():
             raise OracleError("the defense's messages are not real vectors (ring elements or other data)")
         if out.shape != (grads.shape[0], grads.shape[-1]):
@@ -241,7 +283,9 @@ class DefenseOracle:
         """``F_k = dist(D(G_k), g_k)`` ``[K]`` (``D`` averaged over the draws of a random
         defense) and ``∂F_k/∂G_k`` ``[K, B, P]``: the cotangent ``u = ∂F/∂D`` pulled back through
         the defense's hooks by autograd, or through the batch mean where that vanishes for a
-        problem or does not exist (BPDA)."""
+        problem or does not exist (BPDA). One hook call per round and draw holds every problem
+        of that round, a node's several problems (restarts, label hypotheses) as rows of their
+        own: the send-side hooks are row-local (:mod:`bench.simulation.row_locality`)."""
         if self.random is None:
             self.info(receiver)
         run = self._info
@@ -249,20 +293,17 @@ class DefenseOracle:
         nodes, rounds = nodes.long(), rounds.long()
         values = torch.zeros(grads.shape[0], dtype=run.dtype)
         out = torch.zeros_like(grads)
-        for idx in call_groups(nodes, rounds):
-            ctx = RoundContext(int(rounds[idx[0]]), 0, nodes[idx])
-            draws = []
-            for m in range(self.draws):
-                g = grads[idx].detach().requires_grad_(True)
-                with torch.enable_grad():
-                    draws.append((g, self._call(m, theta[idx], g, ctx, receiver)))
-            mean = torch.stack([y.detach() for _, y in draws]).mean(0).requires_grad_(True)
+        for idx in round_groups(rounds):
+            ctx = RoundContext(int(rounds[idx][0]), 0, nodes[idx])
+            gs = [grads[idx].detach().requires_grad_(True) for _ in range(self.draws)]
+            with torch.enable_grad():
+                ys = [self._call(m, theta[idx], g, ctx, receiver) for m, g in enumerate(gs)]
+            mean = torch.stack([y.detach() for y in ys]).mean(0).requires_grad_(True)
             with torch.enable_grad():
                 dist = gradient_distance(mean, target[idx], objective)
                 (u,) = torch.autograd.grad(dist.sum(), mean)
             values[idx] = dist.detach()
-            for g, y in draws:
-                out[idx] += _pullback(g, y, u / len(draws))
+            out[idx] = sum(_pullback(g, y, u / len(ys)) for g, y in zip(gs, ys, strict=True))
         return values, out
 
 
@@ -286,18 +327,8 @@ def _pullback(g: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor
     return torch.where(dead.view(-1, *([1] * (vj.dim() - 1))), surrogate, vj).detach()
 
 
-def call_groups(nodes: torch.Tensor, rounds: torch.Tensor) -> list[torch.Tensor]:
-    """The problems in hook calls: each call one round, each node at most once (its ``j``-th
-    problem in the ``j``-th call of the round) — as many calls per round as the most problems
-    of one victim."""
-    key = rounds * (int(nodes.max()) + 1 if len(nodes) else 1) + nodes
-    order = torch.argsort(key, stable=True)
-    sorted_key = key[order]
-    start = torch.searchsorted(sorted_key, sorted_key, right=False)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(len(order)) - start
-    groups = []
-    for t in torch.unique(rounds).tolist():
-        for j in torch.unique(rank[rounds == t]).tolist():
-            groups.append(torch.nonzero((rounds == t) & (rank == j)).flatten())
-    return groups
+def round_groups(rounds: torch.Tensor) -> list[Any]:
+    """The problems of each round (one hook call each): ``slice(None)`` when all share one."""
+    if len(rounds) == 0 or bool((rounds == rounds[0]).all()):
+        return [slice(None)]
+    return [torch.nonzero(rounds == t).flatten() for t in torch.unique(rounds).tolist()]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -92,13 +93,28 @@ def readable_roots(extra: Iterable[str | Path] = ()) -> list[Path]:
     return [p for p in roots if p.exists()]
 
 
+#: a sandboxed process's scratch folder is ``<tmp>/bench-<pid>-<role>-<random>``
+SCRATCH_PREFIX = "bench-"
+
+
+def remove_scratch(pid: int | None) -> None:
+    """Parent side, once the child ``pid`` has ended: remove the scratch folders it made
+    (:func:`enter`; a scratch folder lives as long as its process, so nothing a sandboxed
+    process wrote survives it). ``shutil.rmtree`` removes links the child left without
+    following them."""
+    if pid is None:
+        return
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}{int(pid)}-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def enter(role: str, readable: Iterable[str | Path] = ()) -> str:
     """Sandbox this process for good (module docstring); idempotent. Returns what was entered:
     ``"landlock+netns"``, ``"landlock"`` or ``"none"`` (no Landlock in this kernel)."""
     global _entered
     if _entered is not None:
         return _entered
-    scratch = Path(tempfile.mkdtemp(prefix=f"bench-{role}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{role}-"))
     for var in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR"):
         os.environ[var] = str(scratch)
     tempfile.tempdir = str(scratch)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.func import grad
+from torch.func import grad, vmap
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.dlg import LABEL_LOSSES
@@ -40,18 +40,23 @@ from bench.attacks.inversion.matching import (
     vmap_problems,
 )
 from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
+from bench.attacks.inversion.oracle_transform import DefenseTransform, node_update_variant, problems_transform
 from bench.attacks.inversion.problems import (
     LABEL_STRATEGIES,
     best_per_victim,
     build_problems,
     enumeration_size,
 )
-from bench.attacks.inversion.regularizers import pixel_box
+from bench.attacks.inversion.regularizers import pixel_box, total_variation
 from bench.errors import require_number, require_positive_int
 from bench.registry_utils import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
+
+if TYPE_CHECKING:
+    from bench.attacks.oracle import OracleClient
+    from bench.protocols import Protocol
 
 #: default cap on the label hypotheses per victim (label multisets of the round's samples)
 MAX_UPDATE_HYPOTHESES = 64
@@ -180,6 +185,45 @@ def update_matching_fn(
     objective_fn = update_objective(model, loss_fn, schedule, objective, tv_weight)
     batched = vmap_problems(objective_fn, len(schedule.slices) * target.shape[-1], target)
     return problems_fn(batched, y, theta, target)
+
+
+class UpdateMatchingThroughOracle:
+    """The :data:`~bench.attacks.inversion.matching.BatchedFn` of the generic defense-aware
+    variant: ``F_k(x_k) = dist(D(Δ'_k(x_k)), Δ_k) + λ_TV TV(x_k)`` with ``Δ'_k`` the
+    :func:`unrolled_update` of problem ``k`` (vmapped over problems) and ``D`` the victim's
+    :meth:`~bench.protocols.Protocol.observed_update` through the defense, answered by the defense
+    oracle (:class:`~bench.attacks.inversion.oracle_transform.DefenseTransform`); ``∇_x F`` by
+    autograd through the oracle's vector–Jacobian product and every unrolled step."""
+
+    def __init__(
+        self,
+        model: FlatModel,
+        loss_fn: LossFn,
+        schedule: LocalSchedule,
+        problems: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        transform: DefenseTransform,
+        tv_weight: float = 0.0,
+    ) -> None:
+        self.model, self.loss_fn, self.schedule = model, loss_fn, schedule
+        self.y, self.theta, self.target = problems
+        self.transform, self.tv_weight = transform, float(tv_weight)
+
+    def __call__(self, x: torch.Tensor, idx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        sel = slice(None) if idx is None else idx
+        y, theta, target = self.y[sel], self.theta[sel], self.target[sel]
+        slices, lr = self.schedule.slices, self.schedule.lr
+
+        def update(xk: torch.Tensor, yk: torch.Tensor, th: torch.Tensor) -> torch.Tensor:
+            return unrolled_update(self.model, self.loss_fn, th, xk, yk, slices, lr)
+
+        with torch.enable_grad():
+            xl = x.detach().requires_grad_(True)
+            d = vmap(update)(xl, y, theta.detach())
+            values = self.transform(d.unsqueeze(1), theta, target, idx)
+            if self.tv_weight:
+                values = values + self.tv_weight * vmap(total_variation)(xl)
+            (gx,) = torch.autograd.grad(values.sum(), xl)
+        return values.detach(), gx
 
 
 # ------------------------------------------------------------------------------- targets
@@ -325,11 +369,11 @@ class FedAvgUpdateInversion(Attack):
     def requirements(self) -> Requirement:
         return Requirement(rounds=tuple(self.rounds), kinds=("global_model", UPLOAD_KIND))
 
-    def label_strategy(self, n_samples: int, loss: str, n_out: int) -> str:
+    def label_strategy(self, n_samples: int, loss: str, n_out: int, labels: str | None = None) -> str:
         """The label strategy for ``n_samples`` dummy samples (``"auto"`` resolved, see the class
-        docstring); a label enumeration over more than ``max_hypotheses`` multisets is refused
-        up front."""
-        strategy = self.labels
+        docstring; ``labels`` in place of the attack's own); a label enumeration over more than
+        ``max_hypotheses`` multisets is refused up front."""
+        strategy = self.labels if labels is None else labels
         if strategy == "auto":
             if n_samples == 1:
                 return "idlg"
@@ -345,13 +389,21 @@ class FedAvgUpdateInversion(Attack):
             )
         return strategy
 
-    def run(self, view: View) -> list[Reconstruction]:
+    def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
+        """:func:`~bench.attacks.inversion.oracle_transform.node_update_variant`."""
+        return node_update_variant(protocol, hooks)
+
+    def run(self, view: View, oracle: OracleClient | None = None) -> list[Reconstruction]:
+        """Invert ``view``'s updates; with ``oracle``, the generic defense-aware variant."""
         model = flat_model(view)
         loss = loss_name(view)
         shape = input_shape(view)
         updates = [u for t in self.rounds for u in update_targets(view, t)]
         schedule = local_schedule(knowledge(view, "hyperparameters"), self.local_size)
-        labels = self.label_strategy(schedule.samples, loss, int(model.slots[-1].shape[0]))
+        # through a defense the update may hide what label rules read: the generic variant
+        # enumerates (as DLG's) unless told otherwise
+        chosen = "enumerate" if self.labels == "auto" and oracle is not None else self.labels
+        labels = self.label_strategy(schedule.samples, loss, int(model.slots[-1].shape[0]), chosen)
         scale = len(schedule.slices) * schedule.lr
         # the labels come from the pseudo-gradient ĝ = −Δθ / (K_eff η) (build_problems' ``grad``)
         pseudo = [GradientTarget(u.node, u.round, u.theta, -u.update / scale) for u in updates]
@@ -360,9 +412,14 @@ class FedAvgUpdateInversion(Attack):
             self.init_scale,
         )  # fmt: skip
         target = torch.stack([u.update for u in updates])[probs.victim.to(probs.x0.device)]
-        fn = update_matching_fn(
-            model, loss_function(view), schedule, probs.y, probs.theta, target, self.objective, self.tv_weight
-        )
+        loss_fn, tv, obj = loss_function(view), self.tv_weight, self.objective
+        if oracle is None:
+            fn = update_matching_fn(model, loss_fn, schedule, probs.y, probs.theta, target, obj, tv)
+        else:  # the generic defense-aware variant: D(Δ') matched, D answered by the oracle
+            transform = problems_transform(oracle, view, updates, probs.victim, self.objective)
+            assert transform is not None
+            problems = (probs.y, probs.theta, target)
+            fn = UpdateMatchingThroughOracle(model, loss_fn, schedule, problems, transform, tv)
         bounds = None
         if self.boxed:
             arch = architecture(view)

@@ -22,12 +22,13 @@ the objective. The chain rule from ``G`` to ``x̂`` runs here, by autograd.
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from bench.attacks.base import AttackError
-from bench.attacks.oracle import OracleClient
+from bench.attacks.oracle import UNKNOWN_PROBLEMS, OracleClient
 from bench.threats import View
 
 if TYPE_CHECKING:
@@ -41,6 +42,13 @@ GENERIC_SOURCES = ("auto", "server_gradient", "neighbor_recovery")
 #: that overrides none of them leaves ``D`` the identity (its generic variant would repeat the
 #: standard attack)
 SEND_HOOKS = frozenset({"per_sample_gradients", "local_gradients", "local_update", "outgoing"})
+#: the hooks that act inside local training, at every step: a generic update-matching variant
+#: would need every unrolled step through the oracle, which it does not offer
+PER_STEP_HOOKS = frozenset({"per_sample_gradients", "local_gradients"})
+#: the hooks on the way from a trained local model to what an observer reads (FedAvg uploads)
+UPDATE_HOOKS = frozenset({"local_update", "outgoing"})
+#: problem sets (``θ``, ``g``) a transform remembers having sent (the oracle keeps more)
+PROBLEM_SETS_KEPT = 4
 
 
 class DefenseTransform:
@@ -52,6 +60,23 @@ class DefenseTransform:
         self, client: OracleClient, nodes: torch.Tensor, rounds: torch.Tensor, objective: str
     ) -> None:
         self.client, self.nodes, self.rounds, self.objective = client, nodes, rounds, objective
+        self._sets: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+
+    def problem_fields(
+        self, theta: torch.Tensor, target: torch.Tensor, resend: bool = False
+    ) -> dict[str, Any]:
+        """The query's ``θ`` and ``g``: only the token of a problem set sent before (they do not
+        change over an attack's iterations), or the tensors with a new token (at most
+        :data:`PROBLEM_SETS_KEPT` remembered; ``resend``: the oracle lost them)."""
+        for token, th, tg in self._sets:
+            same = th.shape == theta.shape and tg.shape == target.shape
+            if same and torch.equal(th, theta) and torch.equal(tg, target):
+                if not resend:
+                    return {"problems": token}
+                return {"problems": token, "theta": th, "target": tg}
+        token = uuid.uuid4().hex
+        self._sets = [*self._sets[1 - PROBLEM_SETS_KEPT :], (token, theta.clone(), target.clone())]
+        return {"problems": token, "theta": theta, "target": target}
 
     @property
     def per_sample(self) -> bool:
@@ -79,18 +104,21 @@ class ThroughOracle(torch.autograd.Function):
         transform: DefenseTransform,
     ) -> torch.Tensor:
         client = transform.client
-        answer = client.query(
-            {
-                "op": "evaluate",
-                "grads": per_sample.detach().cpu(),
-                "theta": theta.detach().cpu(),
-                "target": target.detach().cpu(),
-                "objective": transform.objective,
-                "nodes": nodes,
-                "rounds": rounds,
-                "receiver": client.receiver,
-            }
-        )
+        theta, target = theta.detach().cpu(), target.detach().cpu()
+        q = {
+            "op": "evaluate",
+            "grads": per_sample.detach().cpu(),
+            "objective": transform.objective,
+            "nodes": nodes,
+            "rounds": rounds,
+            "receiver": client.receiver,
+        }
+        try:
+            answer = client.query({**q, **transform.problem_fields(theta, target)})
+        except AttackError as exc:
+            if UNKNOWN_PROBLEMS not in str(exc):
+                raise
+            answer = client.query({**q, **transform.problem_fields(theta, target, resend=True)})
         values, grads = answer.get("values"), answer.get("grads")
         k = per_sample.shape[0]
         if not isinstance(values, torch.Tensor) or values.shape != (k,):
@@ -124,3 +152,11 @@ def node_gradient_variant(source: str, protocol: Protocol, hooks: frozenset[str]
     observer reads as that gradient (:meth:`~bench.protocols.Protocol.observed_gradient`), and
     a defense that acts on the way to it (:data:`SEND_HOOKS`)."""
     return source in GENERIC_SOURCES and protocol.has_observed_gradient() and bool(hooks & SEND_HOOKS)
+
+
+def node_update_variant(protocol: Protocol, hooks: frozenset[str]) -> bool:
+    """Whether an update-matching attack has a generic variant: a protocol that defines what an
+    observer reads as a node's local update (:meth:`~bench.protocols.Protocol.observed_update`),
+    a defense that acts on the trained model or its message (:data:`UPDATE_HOOKS`) and none
+    that acts inside the local steps (:data:`PER_STEP_HOOKS`)."""
+    return protocol.has_observed_update() and bool(hooks & UPDATE_HOOKS) and not hooks & PER_STEP_HOOKS
