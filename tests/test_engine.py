@@ -84,6 +84,31 @@ def test_mixer_sparse_dense_and_per_edge_layouts_agree(name, n, mixing):
         assert torch.allclose(mixer.mix(x, noisy.per_edge()), expect, atol=1e-14)
 
 
+def test_uniform_complete_blocks_mix_as_block_means():
+    """Disconnected complete graphs of equal size with uniform weights (reference worlds of a
+    federated run) mix as each block's mean, equal to ``W @ x`` in float64; anything else keeps
+    the general kernels."""
+    import networkx as nx
+
+    W = torch.block_diag(*[torch.full((5, 5), 0.2, dtype=torch.float64)] * 3)
+    mixer = GossipMixer(W)
+    assert mixer.block == 5
+    x = torch.randn(15, 7, dtype=torch.float64)
+    torch.testing.assert_close(mixer.apply(x), W @ x, rtol=0, atol=1e-15)
+    edges = torch.tensor([(u, v) for u, v in nx.complete_graph(5).to_directed().edges], dtype=torch.long)
+    edges = torch.cat([edges + 5 * k for k in range(3)])
+    msgs = MessageBatch.broadcast(0, 0, "model", x, edges)
+    torch.testing.assert_close(mixer.mix(x, msgs), W @ x, rtol=0, atol=1e-15)
+    noisy = msgs.with_payload(x + 1.0)  # a transformed payload: the general kernel
+    off = W - torch.diag(torch.diagonal(W))
+    torch.testing.assert_close(mixer.mix(x, noisy), W @ x + off @ torch.ones_like(x), rtol=0, atol=1e-14)
+    torus = torch.from_numpy(Topology.build("torus", n=16, mixing="uniform").mixing)
+    skewed = W.clone()
+    skewed[0, :5] = torch.tensor([0.6, 0.1, 0.1, 0.1, 0.1], dtype=torch.float64)
+    assert GossipMixer(torus).block is None and GossipMixer(skewed).block is None
+    assert GossipMixer(torch.eye(4, dtype=torch.float64)).block is None  # b = 1: nothing to average
+
+
 def test_column_chunk_is_the_divisor_nearest_the_middle_of_the_range():
     assert column_chunk(79510, 256, 16384) == 7951  # the 784-100-10 MLP: 10 chunks
     assert column_chunk(80640, 256, 16384) == 2016  # nearest √(256·16384) = 2048 on a log scale

@@ -7,8 +7,11 @@ For a mixing matrix ``W`` and delivered messages, node ``v`` computes
 (Boyd et al. gossip; Pasquini et al. Alg. 1 line 3 with ``W_vu = 1/|N(v)|``). When the
 messages are an unmodified node broadcast (``m_{u→v} = x_u``) this is ``x⁺ = W x``.
 
-Three kernels compute it:
+Four kernels compute it:
 
+* block means — disconnected complete graphs of equal size with uniform weights
+  (:func:`uniform_blocks`; the reference worlds of a federated run, 8 worlds × 16 nodes × 7 510
+  parameters: 1.5 ms against 3.4–4.7 ms for the gather and CSR kernels, one thread);
 * dense — ``W @ x`` (dense graphs);
 * CSR — ``W_csr @ x``, one call (sparse graphs, narrow vectors such as linear models);
 * gather — each node's neighbours padded to ``d_max + 1`` slots (self first), and
@@ -52,6 +55,18 @@ def column_chunk(width: int, lo: int, hi: int) -> int:
     return min(divisors, key=lambda b: abs(math.log(b) - mid))
 
 
+def uniform_blocks(W: torch.Tensor) -> int | None:
+    """``b`` when ``W = I_{N/b} ⊗ (1/b) 𝟏𝟏ᵀ`` exactly — ``N/b`` disconnected complete graphs of
+    ``b ≥ 2`` nodes with uniform weights, e.g. the reference worlds that replay a federated run
+    (:mod:`bench.membership.reference`) — else ``None``. Then ``W x`` is each block's mean."""
+    n = W.shape[0]
+    b = int((W[0] != 0).sum()) if n else 0
+    if b < 2 or n % b:
+        return None
+    block = torch.full((b, b), 1.0 / b, dtype=W.dtype, device=W.device)
+    return b if torch.equal(W, torch.block_diag(*[block] * (n // b))) else None
+
+
 class GossipMixer:
     """Applies ``W`` to stacked node vectors ``[N, P]``.
 
@@ -83,6 +98,7 @@ class GossipMixer:
         self.chunk = chunk
         self._bags: dict[tuple[int, int, torch.dtype, bool], tuple[torch.Tensor, torch.Tensor, int]] = {}
         n = W.shape[0]
+        self.block = uniform_blocks(W)
         self.diag = torch.diagonal(W).clone()
         self._off = W - torch.diag(self.diag)
         nonzero = self._off != 0
@@ -148,6 +164,10 @@ class GossipMixer:
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         """``W @ x``."""
+        if self.block is not None:  # each block's mean: O(N·P), where W @ x costs N·b·P
+            n, p = x.shape
+            means = x.reshape(n // self.block, self.block, p).mean(1, keepdim=True)
+            return means.expand(-1, self.block, -1).reshape(n, p)
         if not self.sparse:
             return self.W @ x
         return self._gather(x, x) if self._use_gather(x) else self._csr @ x
