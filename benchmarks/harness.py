@@ -28,8 +28,8 @@ compared on the attacks both ways ran.
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/harness.py            # the quick suite, one seed (36 jobs × 2)
-    PYTHONPATH=. python benchmarks/harness.py --quick    # one defense per task (5 jobs × 2)
+    PYTHONPATH=. python benchmarks/harness.py            # the quick suite, one seed (167 jobs × 2)
+    PYTHONPATH=. python benchmarks/harness.py --quick    # one defense per task (13 jobs × 2)
     PYTHONPATH=. python benchmarks/harness.py --audit    # the quick suite with / without the checks
 """
 
