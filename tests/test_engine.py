@@ -102,6 +102,11 @@ def test_uniform_complete_blocks_mix_as_block_means():
     noisy = msgs.with_payload(x + 1.0)  # a transformed payload: the general kernel
     off = W - torch.diag(torch.diagonal(W))
     torch.testing.assert_close(mixer.mix(x, noisy), W @ x + off @ torch.ones_like(x), rtol=0, atol=1e-14)
+    one = GossipMixer(torch.full((4, 4), 0.25, dtype=torch.float64))  # one block: a complete graph
+    assert one.block == 4
+    out = one.apply(x[:4])
+    out[0] += 1.0  # the rows are rows of their own, as W @ x's (the engine updates in place)
+    torch.testing.assert_close(out[1:], (one.W @ x[:4])[1:], rtol=0, atol=1e-15)
     torus = torch.from_numpy(Topology.build("torus", n=16, mixing="uniform").mixing)
     skewed = W.clone()
     skewed[0, :5] = torch.tensor([0.6, 0.1, 0.1, 0.1, 0.1], dtype=torch.float64)

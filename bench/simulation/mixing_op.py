@@ -166,8 +166,8 @@ class GossipMixer:
         """``W @ x``."""
         if self.block is not None:  # each block's mean: O(N·P), where W @ x costs N·b·P
             n, p = x.shape
-            means = x.reshape(n // self.block, self.block, p).mean(1, keepdim=True)
-            return means.expand(-1, self.block, -1).reshape(n, p)
+            means = x.reshape(n // self.block, self.block, p).mean(1)
+            return means.repeat_interleave(self.block, dim=0)  # a fresh [N, P]: no row aliases another
         if not self.sparse:
             return self.W @ x
         return self._gather(x, x) if self._use_gather(x) else self._csr @ x
