@@ -127,6 +127,17 @@ class _Federated(Protocol):
         order = torch.argsort(got.receivers)
         return got.payload[got.edges[order, 0]]
 
+    @staticmethod
+    def sent_upload(hooks: DefenseHooks, kind: str, payload: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+        """The payloads ``[n, P]`` of the nodes ``ctx.nodes`` as ``outgoing`` sends them to the
+        server in round ``ctx.round`` (step 1, as :meth:`upload`): what the observed pipelines
+        of the defense oracle end with."""
+        assert ctx.nodes is not None
+        rows = torch.arange(len(ctx.nodes), device=payload.device)
+        edges = torch.stack([rows, torch.full_like(rows, SERVER)], dim=1)
+        msgs = MessageBatch(ctx.round, 1, kind, payload, ctx.nodes, edges)
+        return hooks.outgoing(msgs, RoundContext(ctx.round, 1, ctx.nodes)).per_edge().payload
+
     def upload(
         self, t: int, state: State, kind: str, clients: torch.Tensor, payload: torch.Tensor
     ) -> MessageBatch:
@@ -211,10 +222,7 @@ class FedSGD(_Federated):
         """The upload itself: ``outgoing`` of the reduced gradients (step 1, to the server)."""
         assert ctx.nodes is not None
         grads = self.reduce_gradients(hooks, per_sample, RoundContext(ctx.round, 0, ctx.nodes))
-        rows = torch.arange(len(ctx.nodes), device=grads.device)
-        edges = torch.stack([rows, torch.full_like(rows, SERVER)], dim=1)
-        msgs = MessageBatch(ctx.round, 1, "gradient", grads, ctx.nodes, edges)
-        return hooks.outgoing(msgs, RoundContext(ctx.round, 1, ctx.nodes)).per_edge().payload
+        return self.sent_upload(hooks, "gradient", grads, ctx)
 
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None
@@ -277,10 +285,7 @@ class FedAvg(_Federated):
         model after the hook of :meth:`local_sgd`, step 0, then sent to the server, step 1)."""
         assert ctx.nodes is not None
         local = hooks.local_update(theta + update, theta, RoundContext(ctx.round, 0, ctx.nodes))
-        rows = torch.arange(len(ctx.nodes), device=local.device)
-        edges = torch.stack([rows, torch.full_like(rows, SERVER)], dim=1)
-        msgs = MessageBatch(ctx.round, 1, "local_model", local, ctx.nodes, edges)
-        return hooks.outgoing(msgs, RoundContext(ctx.round, 1, ctx.nodes)).per_edge().payload - theta
+        return self.sent_upload(hooks, "local_model", local, ctx) - theta
 
     def round(self, t: int, state: State, batch: NodeBatch | None) -> dict[str, torch.Tensor]:
         assert batch is not None

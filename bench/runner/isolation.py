@@ -321,7 +321,8 @@ class Worker:
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(timeout=2)
-        sandbox.remove_scratch(self.proc.pid)
+        if not self.proc.is_alive():
+            sandbox.remove_scratch(self.proc.pid)
 
 
 class WorkerPool:

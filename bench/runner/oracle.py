@@ -70,7 +70,7 @@ from bench.wire import unblob
 #: observed message), so M = 2 is within 10 % of M = 4 at half the cost per query
 EOT_DRAWS = 2
 
-#: problem sets (``θ``, ``g`` of one attack's problems) an oracle keeps, the latest first
+#: problem sets (``θ``, ``g`` of one attack's problems) an oracle keeps; the least recently used goes first
 PROBLEM_SETS = 16
 
 #: the oracle of the job being attacked (an oracle process serves one job: :class:`OracleRelay`)
