@@ -26,27 +26,37 @@ the defense oracle (:mod:`bench.runner.oracle`) — and the same isolated jobs w
 overhead is what the checks and the oracle cost (target: at most 25 %). The numbers are then
 compared on the attacks both ways ran.
 
+With ``--budget`` the measure is the one the trust checks are budgeted against: the whole quick
+suite run as ``python -m bench evaluate --jobs 2`` runs it (:func:`bench.runner.grid.run_grid`,
+two jobs at a time, each with half the cores), first with the checks and then without, each into
+its own fresh store; the overhead is the ratio of the two wall times. ``--seeds`` sets how many
+of the suite's seeds (default: all of them, as ``evaluate`` runs it).
+
 Usage::
 
     PYTHONPATH=. python benchmarks/harness.py            # the quick suite, one seed (167 jobs × 2)
     PYTHONPATH=. python benchmarks/harness.py --quick    # one defense per task (13 jobs × 2)
     PYTHONPATH=. python benchmarks/harness.py --audit    # the quick suite with / without the checks
+    PYTHONPATH=. python benchmarks/harness.py --budget   # the same, as `evaluate --jobs 2` runs it
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench.catalog import Catalog, bench_root
 from bench.results.provenance import cpu_model
+from bench.results.store import ResultStore
 from bench.runner import isolation, job
-from bench.runner.grid import expand_grid, plan_jobs
+from bench.runner.grid import expand_grid, plan_jobs, run_grid
 from bench.runner.truth import RunDataCache
 from bench.runner.validate import validate_task
 from bench.simulation.lightning import quiet_lightning
@@ -93,6 +103,45 @@ def run_both(
     return out
 
 
+def suite_wall_time(
+    jobs: list[job.Job], root: Any, checked: bool, parallel: int = 2
+) -> tuple[float, list[Any]]:
+    """Wall time of ``jobs`` run as ``evaluate --jobs parallel`` runs them, into a fresh store,
+    with the trust checks (``checked``) or without them; and the results, in ``jobs``' order."""
+    checks = (job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS)
+    if not checked:
+        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = (
+            None,
+            None,
+            None,
+            False,
+        )
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp:
+            store = ResultStore(str(Path(tmp) / "results.sqlite"))
+            start = time.perf_counter()
+            run_grid(jobs, store, root, parallel=parallel, progress=False, out_dir=Path(tmp))
+            wall = time.perf_counter() - start
+            by_key = {r.key: r for r in store.results()}
+            return wall, [by_key.get(j.key) for j in jobs]
+    finally:
+        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = checks
+
+
+def budget(jobs: list[job.Job], root: Any) -> None:
+    """``--budget``: the suite with the checks, then without them (the first run also pays for warming
+    caches, so the overhead printed errs on the high side); prints both and the overhead."""
+    t_on, on = suite_wall_time(jobs, root, checked=True)
+    print(f"with the checks:    {t_on:.1f} s", flush=True)
+    t_off, off = suite_wall_time(jobs, root, checked=False)
+    print(f"without the checks: {t_off:.1f} s", flush=True)
+    print(f"overhead of audit + oracle: {t_on / t_off - 1:+.1%} (budget: +25.0 %)")
+    pairs = [(a, b) for a, b in zip(on, off, strict=True) if a is not None and b is not None]
+    same = sum(same_numbers(a, b) for a, b in pairs)
+    generic = sum(1 for r in on if r is not None for a in r.attacks if a.attack.endswith("+oracle"))
+    print(f"same utility and leakages both ways: {same}/{len(pairs)} jobs; generic variants run: {generic}")
+
+
 def same_numbers(a: Any, b: Any) -> bool:
     """Same status, utility and leakage of every attack both ran (an attack only one ran — a
     generic variant — is not compared)."""
@@ -110,6 +159,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one defense per task")
     parser.add_argument("--audit", action="store_true", help="with / without the trust checks instead")
+    parser.add_argument(
+        "--budget",
+        action="store_true",
+        help="the suite as `evaluate --jobs 2` runs it, with / without the checks",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds per job (default: 1, or the suite's with --budget)"
+    )
     args = parser.parse_args()
     quiet_lightning()
     isolation.warm_up()
@@ -117,10 +174,20 @@ def main() -> None:
     catalog = Catalog(root)
     suite = catalog.suite("quick")
     defenses = suite.defenses[:1] if args.quick else suite.defenses
-    specs = expand_grid(catalog, suite.tasks, defenses, 1)
+    seeds = args.seeds or (suite.seeds if args.budget else 1)
+    specs = expand_grid(catalog, suite.tasks, defenses, seeds)
     for task in {s.task.name: s.task for s in specs}.values():
         validate_task(task)
     jobs, _ = plan_jobs(specs, root)
+    if args.budget:
+        print(
+            f"{len(jobs)} jobs, run as `evaluate --jobs 2` with and without the checks; "
+            f"{cpu_model()}, torch {torch.__version__}"
+        )
+        start = time.perf_counter()
+        budget(jobs, root)
+        print(f"wall time of this benchmark: {time.perf_counter() - start:.1f} s")
+        return
     ways = ("checked", "unchecked") if args.audit else ("isolated", "in-process")
     print(
         f"{len(jobs)} jobs, each run {ways[0]} and {ways[1]}; {cpu_model()}, "
