@@ -28,9 +28,10 @@ compared on the attacks both ways ran.
 
 With ``--budget`` the measure is the one the trust checks are budgeted against: the whole quick
 suite run as ``python -m bench evaluate --jobs 2`` runs it (:func:`bench.runner.grid.run_grid`,
-two jobs at a time, each with half the cores), first with the checks and then without, each into
-its own fresh store; the overhead is the ratio of the two wall times. ``--seeds`` sets how many
-of the suite's seeds (default: all of them, as ``evaluate`` runs it).
+two jobs at a time, each with half the cores), with the checks and without, each into its own
+fresh store, in two halves run ABBA against drift; the overhead is the ratio of the two wall
+times. ``--seeds`` sets how many of the suite's seeds (default: all of them, as ``evaluate``
+runs it).
 
 Usage::
 
@@ -129,12 +130,30 @@ def suite_wall_time(
 
 
 def budget(jobs: list[job.Job], root: Any) -> None:
-    """``--budget``: the suite with the checks, then without them (the first run also pays for warming
-    caches, so the overhead printed errs on the high side); prints both and the overhead."""
-    t_on, on = suite_wall_time(jobs, root, checked=True)
-    print(f"with the checks:    {t_on:.1f} s", flush=True)
-    t_off, off = suite_wall_time(jobs, root, checked=False)
-    print(f"without the checks: {t_off:.1f} s", flush=True)
+    """``--budget``: the suite with and without the checks, in two halves run ABBA (first half
+    checked then unchecked, second half unchecked then checked), so that a drift of the VM's speed
+    over the run hits both ways alike; prints the wall times, the overhead and, per task, the
+    jobs' own run times both ways."""
+    half = len(jobs) // 2
+    walls = {True: 0.0, False: 0.0}
+    results: dict[bool, list[Any]] = {True: [], False: []}
+    for part, order in ((jobs[:half], (True, False)), (jobs[half:], (False, True))):
+        for checked in order:
+            wall, rows = suite_wall_time(part, root, checked=checked)
+            walls[checked] += wall
+            results[checked] += rows
+            print(f"{len(part)} jobs {'with' if checked else 'without'} the checks: {wall:.1f} s", flush=True)
+    on, off = results[True], results[False]
+    per_task: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for a, b in zip(on, off, strict=True):
+        if a is not None and b is not None:
+            per_task[a.task][0] += a.runtime_s
+            per_task[a.task][1] += b.runtime_s
+    print(f"\n{'task (job time)':32s} {'checked s':>10s} {'unchecked s':>12s} {'overhead':>9s}")
+    for task, (t_a, t_b) in per_task.items():
+        print(f"{task:32s} {t_a:10.1f} {t_b:12.1f} {t_a / t_b - 1:+9.1%}")
+    t_on, t_off = walls[True], walls[False]
+    print(f"\nwall time with the checks {t_on:.1f} s, without {t_off:.1f} s")
     print(f"overhead of audit + oracle: {t_on / t_off - 1:+.1%} (budget: +25.0 %)")
     pairs = [(a, b) for a, b in zip(on, off, strict=True) if a is not None and b is not None]
     same = sum(same_numbers(a, b) for a, b in pairs)
