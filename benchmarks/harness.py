@@ -48,6 +48,8 @@ import math
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,33 @@ from bench.runner.grid import expand_grid, plan_jobs, run_grid
 from bench.runner.truth import RunDataCache
 from bench.runner.validate import validate_task
 from bench.simulation.lightning import quiet_lightning
+
+
+@contextmanager
+def checks_off(off: bool = True) -> Iterator[None]:
+    """The trust checks (channel audit, row-locality, generic variants) off for the block when
+    ``off``; restored after it either way."""
+    saved = (job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS)
+    if off:
+        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = (
+            None,
+            None,
+            None,
+            False,
+        )
+    try:
+        yield
+    finally:
+        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = saved
+
+
+@contextmanager
+def _generic_off() -> Iterator[None]:
+    saved, job.GENERIC_VARIANTS = job.GENERIC_VARIANTS, False
+    try:
+        yield
+    finally:
+        job.GENERIC_VARIANTS = saved
 
 
 def _inline(
@@ -79,27 +108,24 @@ def run_both(
     threads = torch.get_num_threads()
     out = []
     isolated_fn = job._isolated
-    checks = (job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS)
     try:
         for i, j in enumerate(jobs):
             order = ("iso", "ref") if i % 2 == 0 else ("ref", "iso")
             res: dict[str, tuple[Any, float]] = {}
             for mode in order:
-                if audit:  # "ref": the same isolated job without the audit, row-locality and oracle
-                    job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = (
-                        checks if mode == "iso" else (None, None, None, False)
-                    )
-                else:  # the generic variants need a process to relay their oracle queries: off
+                if not audit:  # the in-process way calls the workers' functions directly
                     job._isolated = isolated_fn if mode == "iso" else _inline
-                    job.GENERIC_VARIANTS = False
-                start = time.perf_counter()
-                r = job.run_job(j, root, threads=threads, data_cache=cache, pool=pool)
-                res[mode] = (r, time.perf_counter() - start)
+                # with --audit, "ref" is the same isolated job without the audit, row-locality and
+                # oracle; without it, the generic variants are off both ways (their oracle queries
+                # need a process to relay them)
+                with checks_off(mode == "ref") if audit else _generic_off():
+                    start = time.perf_counter()
+                    r = job.run_job(j, root, threads=threads, data_cache=cache, pool=pool)
+                    res[mode] = (r, time.perf_counter() - start)
             job._isolated = isolated_fn
             out.append((j, *res["iso"], *res["ref"]))
     finally:
         job._isolated = isolated_fn
-        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = checks
         pool.close()
     return out
 
@@ -109,24 +135,13 @@ def suite_wall_time(
 ) -> tuple[float, list[Any]]:
     """Wall time of ``jobs`` run as ``evaluate --jobs parallel`` runs them, into a fresh store,
     with the trust checks (``checked``) or without them; and the results, in ``jobs``' order."""
-    checks = (job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS)
-    if not checked:
-        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = (
-            None,
-            None,
-            None,
-            False,
-        )
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp:
-            store = ResultStore(str(Path(tmp) / "results.sqlite"))
-            start = time.perf_counter()
-            run_grid(jobs, store, root, parallel=parallel, progress=False, out_dir=Path(tmp))
-            wall = time.perf_counter() - start
-            by_key = {r.key: r for r in store.results()}
-            return wall, [by_key.get(j.key) for j in jobs]
-    finally:
-        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = checks
+    with checks_off(not checked), tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp:
+        store = ResultStore(str(Path(tmp) / "results.sqlite"))
+        start = time.perf_counter()
+        run_grid(jobs, store, root, parallel=parallel, progress=False, out_dir=Path(tmp))
+        wall = time.perf_counter() - start
+        by_key = {r.key: r for r in store.results()}
+        return wall, [by_key.get(j.key) for j in jobs]
 
 
 def budget(jobs: list[job.Job], root: Any) -> None:
@@ -144,18 +159,17 @@ def budget(jobs: list[job.Job], root: Any) -> None:
             results[checked] += rows
             print(f"{len(part)} jobs {'with' if checked else 'without'} the checks: {wall:.1f} s", flush=True)
     on, off = results[True], results[False]
+    pairs = [(a, b) for a, b in zip(on, off, strict=True) if a is not None and b is not None]
     per_task: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for a, b in zip(on, off, strict=True):
-        if a is not None and b is not None:
-            per_task[a.task][0] += a.runtime_s
-            per_task[a.task][1] += b.runtime_s
+    for a, b in pairs:
+        per_task[a.task][0] += a.runtime_s
+        per_task[a.task][1] += b.runtime_s
     print(f"\n{'task (job time)':32s} {'checked s':>10s} {'unchecked s':>12s} {'overhead':>9s}")
     for task, (t_a, t_b) in per_task.items():
         print(f"{task:32s} {t_a:10.1f} {t_b:12.1f} {t_a / t_b - 1:+9.1%}")
     t_on, t_off = walls[True], walls[False]
     print(f"\nwall time with the checks {t_on:.1f} s, without {t_off:.1f} s")
     print(f"overhead of audit + oracle: {t_on / t_off - 1:+.1%} (budget: +25.0 %)")
-    pairs = [(a, b) for a, b in zip(on, off, strict=True) if a is not None and b is not None]
     same = sum(same_numbers(a, b) for a, b in pairs)
     generic = sum(1 for r in on if r is not None for a in r.attacks if a.attack.endswith("+oracle"))
     print(f"same utility and leakages both ways: {same}/{len(pairs)} jobs; generic variants run: {generic}")
@@ -174,6 +188,13 @@ def same_numbers(a: Any, b: Any) -> bool:
     )
 
 
+def _positive(text: str) -> int:
+    """``--seeds``: a positive integer (argparse reports anything else and exits with code 2)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one defense per task")
@@ -184,7 +205,10 @@ def main() -> None:
         help="the suite as `evaluate --jobs 2` runs it, with / without the checks",
     )
     parser.add_argument(
-        "--seeds", type=int, default=None, help="seeds per job (default: 1, or the suite's with --budget)"
+        "--seeds",
+        type=_positive,
+        default=None,
+        help="seeds per job (default: 1, or the suite's with --budget)",
     )
     args = parser.parse_args()
     quiet_lightning()
