@@ -40,17 +40,18 @@ def add_parameter_noise(
 ) -> torch.Tensor:
     """``total + std · ξ`` ``[n, P]`` (``std``: a number or ``[n]`` per row), ``ξ`` i.i.d.
     ``N(0, 1)`` drawn per parameter tensor (``param_sizes``, summing to ``P``; one block when
-    unknown) with ``torch.normal`` from ``generator``, written block by block into a new tensor."""
+    unknown) with ``torch.normal`` from ``generator``, block by block, as a new tensor."""
     n, p = total.shape
     sizes = list(param_sizes) if sum(param_sizes) == p else [p]
-    out = torch.empty_like(total)
-    offset = 0
+    blocks, offset = [], 0
     for k in sizes:
         z = torch.normal(0.0, 1.0, size=(n, k), generator=generator, dtype=total.dtype, device=total.device)
-        block = slice(offset, offset + k)
+        block = total[:, offset : offset + k]
         if isinstance(std, torch.Tensor):
-            torch.add(total[:, block], z.mul_(std[:, None]), out=out[:, block])
+            blocks.append(torch.add(block, z.mul_(std[:, None])))
         else:
-            torch.add(total[:, block], z, alpha=std, out=out[:, block])
+            blocks.append(torch.add(block, z, alpha=std))
         offset += k
-    return out
+    # a new tensor of the blocks (not ``out=``: autograd records this, so a defense oracle
+    # pulls a cotangent back through the noise exactly, :mod:`bench.runner.oracle`)
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)

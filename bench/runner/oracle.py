@@ -303,7 +303,7 @@ class DefenseOracle:
                 dist = gradient_distance(mean, target[idx], objective)
                 (u,) = torch.autograd.grad(dist.sum(), mean)
             values[idx] = dist.detach()
-            out[idx] = sum(_pullback(g, y, u / len(ys)) for g, y in zip(gs, ys, strict=True))
+            out[idx] = sum(_pullback(gs, ys, u / len(ys)))
         return values, out
 
 
@@ -314,17 +314,27 @@ def _as_bound(instance: DefenseHooks) -> DefenseHooks:
     return copy.deepcopy(instance, {} if run is None else {id(run): run})
 
 
-def _pullback(g: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """``J_D(g)ᵀ u`` by autograd, with the batch mean's ``u / B`` (BPDA) for rows where it is
-    zero while ``u`` is not, or everywhere when ``D`` left the graph."""
-    surrogate = u.unsqueeze(1).expand_as(g) / g.shape[1]
-    vj = None
-    if y.requires_grad:
-        (vj,) = torch.autograd.grad(y, g, u, allow_unused=True)
-    if vj is None:
-        return surrogate
-    dead = (vj.flatten(1).abs().sum(1) == 0) & (u.abs().sum(1) > 0)
-    return torch.where(dead.view(-1, *([1] * (vj.dim() - 1))), surrogate, vj).detach()
+def _pullback(gs: list[torch.Tensor], ys: list[torch.Tensor], u: torch.Tensor) -> list[torch.Tensor]:
+    """``J_D(g_m)ᵀ u`` for each draw ``m`` by autograd (one backward pass for all draws), with
+    the batch mean's ``u / B`` (BPDA) for rows where it is zero while ``u`` is not, or
+    everywhere when ``D`` left the graph."""
+    surrogate = u.unsqueeze(1).expand_as(gs[0]) / gs[0].shape[1]
+    live = [m for m, y in enumerate(ys) if y.requires_grad]
+    vjs: list[torch.Tensor | None] = [None] * len(gs)
+    if live:
+        found = torch.autograd.grad(
+            [ys[m] for m in live], [gs[m] for m in live], [u] * len(live), allow_unused=True
+        )
+        for m, vj in zip(live, found, strict=True):
+            vjs[m] = vj
+    out = []
+    for vj in vjs:
+        if vj is None:
+            out.append(surrogate)
+            continue
+        dead = (vj.flatten(1).abs().sum(1) == 0) & (u.abs().sum(1) > 0)
+        out.append(torch.where(dead.view(-1, *([1] * (vj.dim() - 1))), surrogate, vj).detach())
+    return out
 
 
 def round_groups(rounds: torch.Tensor) -> list[Any]:
