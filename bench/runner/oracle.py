@@ -44,6 +44,7 @@ the defense as bound, before any round.
 from __future__ import annotations
 
 import copy
+import gc
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -92,6 +93,10 @@ def setup(request: dict[str, Any]) -> dict[str, Any]:
     root, source = Path(d["root"]), unblob(d["source"])
     cfg = task.simulation.model_copy(update={"seed": int(request["seed"])})
     _ORACLE[:] = [DefenseOracle(lambda: build_defense(d["name"], d["params"], root, source), cfg)]
+    # what setup built lives as long as the process: out of the collections that follow each
+    # answer (:mod:`bench.runner.isolation`), which then walk only that query's garbage
+    gc.collect()
+    gc.freeze()
     return {"sandbox": sandboxed}
 
 
