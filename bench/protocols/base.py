@@ -168,6 +168,13 @@ class Protocol(ABC):
         """Whether :meth:`observed_gradient` is defined for this configuration."""
         return False
 
+    def observed_gradient_covers(self, hooks: frozenset[str]) -> bool:
+        """Whether :meth:`observed_gradient` reproduces what a defense overriding ``hooks`` (the
+        send-side ones) does to the observed gradient: all of them by default; a protocol whose
+        message depends on more than the node's gradient (state the oracle does not have) says
+        which it covers."""
+        return True
+
     def observed_update(
         self, hooks: DefenseHooks, theta: torch.Tensor, update: torch.Tensor, ctx: RoundContext, receiver: int
     ) -> torch.Tensor:

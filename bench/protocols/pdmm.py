@@ -58,7 +58,7 @@ from bench.errors import BenchInputError, require, require_number, require_posit
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
 from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
 from bench.registry_utils import require_choice
-from bench.simulation.hooks import HOOK_NAMES, Aggregator, RoundContext, overridden_hooks
+from bench.simulation.hooks import HOOK_NAMES, Aggregator, DefenseHooks, RoundContext, overridden_hooks
 from bench.simulation.kernels import kernel, prox_step, quadratic_step
 from bench.simulation.messages import MessageBatch
 
@@ -210,6 +210,33 @@ class PDMM(Protocol):
             n = mask.sum(1, keepdim=True).to(w.dtype)
             grads, losses = grads * n, losses * n[:, 0]
         return grads, losses
+
+    #: the hooks a one-gradient solver applies to the gradient its step uses
+    GRADIENT_HOOKS: ClassVar[frozenset[str]] = frozenset({"per_sample_gradients", "local_gradients"})
+
+    def has_observed_gradient(self) -> bool:
+        """One-gradient solvers only: their step is affine in one gradient, so the gradient the
+        PDMM inversions decode from the traffic (TIFS Eq. 21/31) is the one the hooks made."""
+        return self.solver in ("gradient_step", "quadratic")
+
+    def observed_gradient_covers(self, hooks: frozenset[str]) -> bool:
+        """Gradient hooks only: through ``local_update`` or ``outgoing`` the decoded gradient
+        depends on the node's state (``w^(t−1)``, ``Σ_j B z``), which the oracle does not have."""
+        return hooks <= self.GRADIENT_HOOKS
+
+    def observed_gradient(
+        self,
+        hooks: DefenseHooks,
+        theta: torch.Tensor,
+        per_sample: torch.Tensor,
+        ctx: RoundContext,
+        receiver: int,
+    ) -> torch.Tensor:
+        """The gradient the one-step solver of round ``k + 1`` used, ``D(∇f_i(w^(k)))``: what the
+        noisy-gradient decoding reads as ``g̃[k]`` besides its ``z^(0)`` term (mean-loss scale,
+        the hooks' round ``k + 1``, step 0, as :meth:`local_solve`)."""
+        assert ctx.nodes is not None
+        return self.reduce_gradients(hooks, per_sample, RoundContext(ctx.round + 1, 0, ctx.nodes))
 
     def _least_squares(self, a: torch.Tensor, batch: NodeBatch) -> torch.Tensor | None:
         """Closed-form exact step for a linear model with squared loss, else ``None``.

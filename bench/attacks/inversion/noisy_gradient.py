@@ -18,14 +18,21 @@ corrupts the analytic rules too — or by enumeration (``"enumerate"``, the best
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bench.attacks.base import ATTACKS, Reconstruction
 from bench.attacks.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.matching import matching_fn
+from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
 from bench.attacks.reconstruction.pdmm_observables import Observables
 from bench.registry_utils import require_choice
 from bench.threats import View
+
+if TYPE_CHECKING:
+    from bench.attacks.oracle import OracleClient
+    from bench.protocols import Protocol
 
 
 @ATTACKS.register(
@@ -49,9 +56,20 @@ class NoisyGradientInversion(PDMMInversion):
         super().__init__(**params)  # type: ignore[arg-type]
         self.labels = require_choice(labels, LABEL_STRATEGIES, "attack.labels")
 
-    def run(self, view: View, observables: Observables | None = None) -> list[Reconstruction]:
+    def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
+        """The generic variant: each target is one node's decoded gradient, so it matches
+        ``D(∇L(x̂))`` with ``D`` the node's gradient hooks where the protocol reproduces them
+        (:meth:`~bench.protocols.PDMM.observed_gradient`: one-gradient solvers, defenses on the
+        gradient only; :func:`~bench.attacks.inversion.oracle_transform.node_gradient_variant`)."""
+        return node_gradient_variant("auto", protocol, hooks)
+
+    def run(
+        self, view: View, observables: Observables | None = None, oracle: OracleClient | None = None
+    ) -> list[Reconstruction]:
         """Attack ``view``; ``observables`` replaces the ones rebuilt from its traffic (harness
-        side: :class:`~bench.attacks.reconstruction.pdmm_observables.OracleObservables`)."""
+        side: :class:`~bench.attacks.reconstruction.pdmm_observables.OracleObservables`); with
+        ``oracle``, the generic defense-aware variant (module
+        :mod:`~bench.attacks.inversion.oracle_transform`)."""
         model = flat_model(view)
         obs = self.observables(view, observables)
         g_noisy, w_eval = obs.noisy_gradients(self.anchor)
@@ -63,12 +81,17 @@ class NoisyGradientInversion(PDMMInversion):
                 GradientTarget(v, k, w_eval[k, v], g_noisy[k, v] * scale) for v in self.attacked_nodes(view)
             ]
         shape = input_shape(view)
+        # the generic variant enumerates the labels of an "auto" attack: a defense can hide the
+        # sign pattern the analytic rules read (a permutation does), not the fit of every class
+        labels = "enumerate" if oracle is not None and self.labels == "auto" else self.labels
         probs = build_problems(
-            targets, model, loss_name(view), shape, self.batch_size, self.restarts, self.labels, self.seed,
+            targets, model, loss_name(view), shape, self.batch_size, self.restarts, labels, self.seed,
             self.init_scale,
         )  # fmt: skip
+        transform = problems_transform(oracle, view, probs.targets, probs.victim, self.objective)
         fn = matching_fn(
-            model, loss_function(view), probs.y, probs.theta, probs.grad, self.objective, self.tv_weight
-        )
+            model, loss_function(view), probs.y, probs.theta, probs.grad, self.objective, self.tv_weight,
+            transform=transform,
+        )  # fmt: skip
         result = self.optimize(fn, probs.x0, view)
         return best_per_victim(probs, result, {"problems": float(probs.x0.shape[0])})

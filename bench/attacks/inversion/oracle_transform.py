@@ -150,8 +150,15 @@ def node_gradient_variant(source: str, protocol: Protocol, hooks: frozenset[str]
     """Whether a gradient-matching attack reading ``source`` has a generic variant: one node's
     gradient (:data:`GENERIC_SOURCES`, not an aggregate), a protocol that defines what an
     observer reads as that gradient (:meth:`~bench.protocols.Protocol.observed_gradient`), and
-    a defense that acts on the way to it (:data:`SEND_HOOKS`)."""
-    return source in GENERIC_SOURCES and protocol.has_observed_gradient() and bool(hooks & SEND_HOOKS)
+    a defense that acts on the way to it (:data:`SEND_HOOKS`) only where that covers
+    (:meth:`~bench.protocols.Protocol.observed_gradient_covers`)."""
+    send = hooks & SEND_HOOKS
+    return (
+        source in GENERIC_SOURCES
+        and protocol.has_observed_gradient()
+        and bool(send)
+        and protocol.observed_gradient_covers(frozenset(send))
+    )
 
 
 def node_update_variant(protocol: Protocol, hooks: frozenset[str]) -> bool:
