@@ -64,32 +64,36 @@ from bench.runner.truth import RunDataCache
 from bench.runner.validate import validate_task
 from bench.simulation.lightning import quiet_lightning
 
+#: the switches of the trust checks in :mod:`bench.runner.job`, and their values when off
+CHECKS_OFF: dict[str, Any] = {
+    "DEFAULT_BUDGET": None,
+    "ROW_LOCALITY_RATE": None,
+    "AUDIT_CALLS": None,
+    "GENERIC_VARIANTS": False,
+}
+
 
 @contextmanager
-def checks_off(off: bool = True) -> Iterator[None]:
+def _switched(values: dict[str, Any]) -> Iterator[None]:
+    """The given switches of :mod:`bench.runner.job` set for the block, restored after it."""
+    saved = {name: getattr(job, name) for name in values}
+    for name, value in values.items():
+        setattr(job, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(job, name, value)
+
+
+def checks_off(off: bool = True) -> Any:
     """The trust checks (channel audit, row-locality, generic variants) off for the block when
     ``off``; restored after it either way."""
-    saved = (job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS)
-    if off:
-        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = (
-            None,
-            None,
-            None,
-            False,
-        )
-    try:
-        yield
-    finally:
-        job.DEFAULT_BUDGET, job.ROW_LOCALITY_RATE, job.AUDIT_CALLS, job.GENERIC_VARIANTS = saved
+    return _switched(CHECKS_OFF if off else {})
 
 
-@contextmanager
-def _generic_off() -> Iterator[None]:
-    saved, job.GENERIC_VARIANTS = job.GENERIC_VARIANTS, False
-    try:
-        yield
-    finally:
-        job.GENERIC_VARIANTS = saved
+def _generic_off() -> Any:
+    return _switched({"GENERIC_VARIANTS": False})
 
 
 def _inline(

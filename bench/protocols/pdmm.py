@@ -58,7 +58,14 @@ from bench.errors import BenchInputError, require, require_number, require_posit
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
 from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
 from bench.registry_utils import require_choice
-from bench.simulation.hooks import HOOK_NAMES, Aggregator, DefenseHooks, RoundContext, overridden_hooks
+from bench.simulation.hooks import (
+    GRADIENT_HOOKS,
+    HOOK_NAMES,
+    Aggregator,
+    DefenseHooks,
+    RoundContext,
+    overridden_hooks,
+)
 from bench.simulation.kernels import kernel, prox_step, quadratic_step
 from bench.simulation.messages import MessageBatch
 
@@ -211,9 +218,6 @@ class PDMM(Protocol):
             grads, losses = grads * n, losses * n[:, 0]
         return grads, losses
 
-    #: the hooks a one-gradient solver applies to the gradient its step uses
-    GRADIENT_HOOKS: ClassVar[frozenset[str]] = frozenset({"per_sample_gradients", "local_gradients"})
-
     def has_observed_gradient(self) -> bool:
         """One-gradient solvers only: their step is affine in one gradient, so the gradient the
         PDMM inversions decode from the traffic (TIFS Eq. 21/31) is the one the hooks made."""
@@ -222,7 +226,7 @@ class PDMM(Protocol):
     def observed_gradient_covers(self, hooks: frozenset[str]) -> bool:
         """Gradient hooks only: through ``local_update`` or ``outgoing`` the decoded gradient
         depends on the node's state (``w^(t−1)``, ``Σ_j B z``), which the oracle does not have."""
-        return hooks <= self.GRADIENT_HOOKS
+        return hooks <= GRADIENT_HOOKS
 
     def observed_gradient(
         self,

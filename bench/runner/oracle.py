@@ -325,15 +325,15 @@ def _pullback(gs: list[torch.Tensor], ys: list[torch.Tensor], u: torch.Tensor) -
     everywhere when ``D`` left the graph."""
     surrogate = u.unsqueeze(1).expand_as(gs[0]) / gs[0].shape[1]
     live = [m for m, y in enumerate(ys) if y.requires_grad]
-    vjs: list[torch.Tensor | None] = [None] * len(gs)
+    found: dict[int, torch.Tensor | None] = {}
     if live:
-        found = torch.autograd.grad(
+        grads = torch.autograd.grad(
             [ys[m] for m in live], [gs[m] for m in live], [u] * len(live), allow_unused=True
         )
-        for m, vj in zip(live, found, strict=True):
-            vjs[m] = vj
+        found = dict(zip(live, grads, strict=True))
     out = []
-    for vj in vjs:
+    for m in range(len(gs)):
+        vj = found.get(m)
         if vj is None:
             out.append(surrogate)
             continue

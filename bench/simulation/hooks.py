@@ -189,6 +189,10 @@ class DefenseHooks:
         return False
 
 
+#: the hooks that act on a gradient inside local training (at every step that evaluates one)
+GRADIENT_HOOKS = frozenset({"per_sample_gradients", "local_gradients"})
+
+
 def overridden_hooks(hooks: DefenseHooks) -> frozenset[str]:
     """The hook names whose implementation differs from the identity of :class:`DefenseHooks`."""
     out = {n for n in HOOK_NAMES if getattr(type(hooks), n) is not getattr(DefenseHooks, n)}

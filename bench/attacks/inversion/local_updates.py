@@ -40,7 +40,12 @@ from bench.attacks.inversion.matching import (
     vmap_problems,
 )
 from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
-from bench.attacks.inversion.oracle_transform import DefenseTransform, node_update_variant, problems_transform
+from bench.attacks.inversion.oracle_transform import (
+    DefenseTransform,
+    node_update_variant,
+    problems_transform,
+    variant_labels,
+)
 from bench.attacks.inversion.problems import (
     LABEL_STRATEGIES,
     best_per_victim,
@@ -400,9 +405,7 @@ class FedAvgUpdateInversion(Attack):
         shape = input_shape(view)
         updates = [u for t in self.rounds for u in update_targets(view, t)]
         schedule = local_schedule(knowledge(view, "hyperparameters"), self.local_size)
-        # through a defense the update may hide what label rules read: the generic variant
-        # enumerates (as DLG's) unless told otherwise
-        chosen = "enumerate" if self.labels == "auto" and oracle is not None else self.labels
+        chosen = variant_labels(self.labels, oracle)  # as DLG's generic variant
         labels = self.label_strategy(schedule.samples, loss, int(model.slots[-1].shape[0]), chosen)
         scale = len(schedule.slices) * schedule.lr
         # the labels come from the pseudo-gradient ĝ = −Δθ / (K_eff η) (build_problems' ``grad``)

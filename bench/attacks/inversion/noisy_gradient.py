@@ -23,7 +23,11 @@ from typing import TYPE_CHECKING
 from bench.attacks.base import ATTACKS, Reconstruction
 from bench.attacks.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.matching import matching_fn
-from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
+from bench.attacks.inversion.oracle_transform import (
+    node_gradient_variant,
+    problems_transform,
+    variant_labels,
+)
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
 from bench.attacks.reconstruction.pdmm_observables import Observables
@@ -81,9 +85,7 @@ class NoisyGradientInversion(PDMMInversion):
                 GradientTarget(v, k, w_eval[k, v], g_noisy[k, v] * scale) for v in self.attacked_nodes(view)
             ]
         shape = input_shape(view)
-        # the generic variant enumerates the labels of an "auto" attack: a defense can hide the
-        # sign pattern the analytic rules read (a permutation does), not the fit of every class
-        labels = "enumerate" if oracle is not None and self.labels == "auto" else self.labels
+        labels = variant_labels(self.labels, oracle)
         probs = build_problems(
             targets, model, loss_name(view), shape, self.batch_size, self.restarts, labels, self.seed,
             self.init_scale,

@@ -29,6 +29,7 @@ import torch
 
 from bench.attacks.base import AttackError
 from bench.attacks.oracle import UNKNOWN_PROBLEMS, OracleClient
+from bench.simulation.hooks import GRADIENT_HOOKS
 from bench.threats import View
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ GENERIC_SOURCES = ("auto", "server_gradient", "neighbor_recovery")
 SEND_HOOKS = frozenset({"per_sample_gradients", "local_gradients", "local_update", "outgoing"})
 #: the hooks that act inside local training, at every step: a generic update-matching variant
 #: would need every unrolled step through the oracle, which it does not offer
-PER_STEP_HOOKS = frozenset({"per_sample_gradients", "local_gradients"})
+PER_STEP_HOOKS = GRADIENT_HOOKS
 #: the hooks on the way from a trained local model to what an observer reads (FedAvg uploads)
 UPDATE_HOOKS = frozenset({"local_update", "outgoing"})
 #: problem sets (``θ``, ``g``) a transform remembers having sent (the oracle keeps more)
@@ -144,6 +145,14 @@ def problems_transform(
     nodes = torch.tensor([int(targets[int(v)].node) for v in victim.tolist()], dtype=torch.long)
     rounds = torch.tensor([int(targets[int(v)].round) for v in victim.tolist()], dtype=torch.long)
     return oracle.for_view(view).transform(nodes, rounds, objective)
+
+
+def variant_labels(labels: str, oracle: OracleClient | None) -> str:
+    """The label strategy of an attack configured with ``labels``: a generic variant
+    (``oracle`` given) enumerates where the attack would read labels analytically (``"auto"``),
+    since a defense can hide the sign pattern the analytic rules read (a rotation or a
+    permutation does) but not the fit of every class; else ``labels`` as configured."""
+    return "enumerate" if oracle is not None and labels == "auto" else labels
 
 
 def node_gradient_variant(source: str, protocol: Protocol, hooks: frozenset[str]) -> bool:
