@@ -71,6 +71,7 @@ BASE_COLUMNS: tuple[str, ...] = (
     "utility_metric",
     "epsilon_mean",
     "epsilon_delta",
+    "epsilon_basis",
     "epsilon_lb",
     "epsilon_exceeded",
     "seeds",
@@ -84,6 +85,17 @@ BASE_COLUMNS: tuple[str, ...] = (
 
 #: the metric holding a membership attack's empirical ε lower bound (:mod:`bench.metrics.membership`)
 EPSILON_LB_METRIC = "membership_auc.epsilon_lb"
+
+
+def epsilon_basis_text(basis: dict[str, str]) -> str:
+    """A job's :attr:`~bench.results.record.JobResult.epsilon_basis` in words, e.g. ``"rdp;
+    add/remove one sample; fixed-size without replacement, accounted as poisson"`` (``""``
+    when the defense reported none)."""
+    parts = [basis[k] for k in ("accountant", "relation") if basis.get(k)]
+    drawn, assumed = basis.get("sampling_scheme"), basis.get("sampling_accounted")
+    if drawn:
+        parts.append(drawn + (f", accounted as {assumed}" if assumed and assumed != drawn else ""))
+    return "; ".join(parts)
 
 
 def _finite(x: float | None) -> bool:
@@ -158,6 +170,8 @@ class _Entry:
     utility_metric: str | None = None
     epsilon: list[float] = field(default_factory=list)
     deltas: list[float] = field(default_factory=list)
+    #: how the jobs' ε were accounted (:func:`epsilon_basis_text` of each), in first-seen order
+    bases: dict[str, None] = field(default_factory=dict)
     epsilon_lb: list[float] = field(default_factory=list)
     claimed: bool = True
     #: a job of the entry was refused by the channel audit
@@ -191,10 +205,12 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         utility_std, utility_floor, utility_metric, epsilon_mean, epsilon_delta, epsilon_lb,
         epsilon_exceeded, seeds, failed,
         last_failure, runtime_mean`` (``epsilon_mean``: the mean over successful seeds of the ε
-        the defense's accounting reports, NaN for a defense without a guarantee, ``inf`` for
-        one with ε = ∞; ``epsilon_delta``: its largest δ; ``epsilon_lb``: the empirical ε lower
-        bound of the track's membership attacks — per job the largest over its attacks, mean
-        over seeds, NaN without a membership attack; ``epsilon_exceeded``: the lower bound is
+        the defense's accounting reports, NaN for a defense without a guarantee or one that does
+        not claim the track's threat model, ``inf`` for one with ε = ∞; ``epsilon_delta``: its
+        largest δ; ``epsilon_basis``: how it was accounted (:func:`epsilon_basis_text`:
+        accountant, relation, sampling); ``epsilon_lb``: the empirical ε lower bound of the
+        track's membership attacks — per job the largest over its attacks, mean over seeds, NaN
+        without a membership attack; ``epsilon_exceeded``: the lower bound is
         above the claimed ε, a guarantee the attacks refute (at the bound's nominal confidence,
         :mod:`bench.membership.epsilon`); ``last_failure``: the reason of the
         entry's most recent failed job — latest ``provenance["timestamp"]``, the later in
@@ -252,6 +268,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             if (dp := r.epsilon) is not None:
                 e.epsilon.append(dp[0])
                 e.deltas += [dp[1]] if dp[1] is not None else []
+                e.bases[epsilon_basis_text(r.epsilon_basis)] = None
             p = _job_privacy(r, threat)
             if p is not None:
                 e.privacy.append(p)
@@ -283,10 +300,14 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             "utility_std": _std(e.utility),
             "utility_floor": math.nan if e.utility_floor is None else e.utility_floor,
             "utility_metric": e.utility_metric or "",
-            "epsilon_mean": _mean(e.epsilon),
-            "epsilon_delta": max(e.deltas, default=math.nan),
+            # a guarantee the defense does not claim against this track's adversary is none
+            "epsilon_mean": _mean(e.epsilon) if e.claimed else math.nan,
+            "epsilon_delta": max(e.deltas, default=math.nan) if e.claimed else math.nan,
+            "epsilon_basis": " | ".join(b for b in e.bases if b) if e.claimed else "",
             "epsilon_lb": _mean(e.epsilon_lb),
-            "epsilon_exceeded": bool(e.epsilon and e.epsilon_lb and _mean(e.epsilon_lb) > _mean(e.epsilon)),
+            "epsilon_exceeded": bool(
+                e.claimed and e.epsilon and e.epsilon_lb and _mean(e.epsilon_lb) > _mean(e.epsilon)
+            ),
             "seeds": e.seeds,
             "failed": e.failed,
             "last_failure": e.last_failure,
@@ -302,7 +323,14 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
     columns = [*BASE_COLUMNS, *(LEAKAGE_PREFIX + a for a in attacks), "above_floor", "rank"]
     df = pd.DataFrame(rows, columns=[c for c in columns if c not in ("above_floor", "rank")])
     df = df.astype(
-        {"seeds": "int64", "failed": "int64", "last_failure": "object", "claimed": "bool", "refused": "bool"}
+        {
+            "seeds": "int64",
+            "failed": "int64",
+            "last_failure": "object",
+            "claimed": "bool",
+            "refused": "bool",
+            "epsilon_basis": "object",
+        }
     )
     for col in (
         "privacy_mean",

@@ -6,21 +6,20 @@ What is measured
 1. **Masking and unmasking throughput** of one aggregation of ``n`` clients × ``P`` parameters
    (default 100 × 100 000; ``--quick`` 20 × 20 000): fixed-point encoding of the ``[n, P]``
    updates, the overflow check, all ``n(n−1)/2`` pairwise masks and ``n`` self masks (AES-256-CTR
-   keystream into tensors), Shamir sharing of the self-mask seeds (``masking``); then the sum, the
-   Shamir reconstruction and re-expansion of the survivors' self masks and, with dropouts, the
-   key-agreement secrets of the dropped clients and their pairwise masks (``unmasking``). The
-   reference is plaintext aggregation: the float sum ``x.sum(0)`` of the same updates. The pairwise
-   seeds are agreed (X25519 + HKDF, once per pair) before the timers start; that one-time cost is
-   printed separately. Each timing is the fastest of ``--repeats``.
+   keystream into tensors), the session's key pairs and ``n(n−1)/2`` agreements (X25519 + HKDF,
+   fresh per aggregation), Shamir sharing of the self-mask seeds and the session's secret keys
+   (``masking``); then the sum, the Shamir reconstruction and re-expansion of the survivors' self
+   masks and, with dropouts, the session secrets of the dropped clients and their pairwise masks
+   (``unmasking``). The reference is plaintext aggregation: the float sum ``x.sum(0)`` of the same
+   updates. The key agreement alone is printed too. Each timing is the fastest of ``--repeats``.
 2. **Per-round time and bytes** of two quick-suite-sized runs with and without the defense
    (``Simulation.run_round`` on the run's own batches): FedSGD with 10 clients and D-PSGD on a 4×4
    torus, the 64-100-10 MLP on digits. Bytes on the wire per round: plaintext, each message is
    ``P`` float32 values (``4P`` bytes); secure aggregation, each masked input is ``P`` ring elements
    of ``k`` bits (``kP/8`` bytes) plus, per user and aggregation, its Shamir shares of ``b_u`` for
    the ``m − 1`` other members (Round 1; 16 field elements of 4 bytes each per share) and, in
-   the unmasking round, at most one share per other member (Round 4). The shares of the
-   key-agreement secrets and the public keys are sent once per group and key epoch, not per round
-   (counted in the one-time line).
+   the unmasking round, at most one share per other member (Round 4); with session keys fresh
+   per aggregation also its 32-byte public key (Round 0) and its shares of ``s_u^SK`` (Round 1).
 
 Usage::
 
@@ -40,6 +39,7 @@ import torch
 from bench.defenses_api import build_defense
 from bench.results.provenance import cpu_model
 from bench.secagg import SecureAggregator, check_sum_range, decode, encode
+from bench.secagg.keys import agree, session_keys
 from bench.simulation import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,8 +60,9 @@ def throughput(n: int, p: int, k: int, scale: float, dropout: float, repeats: in
     x = torch.randn(n, p, generator=gen) * 0.1
     agg = SecureAggregator(n, k, 0.5, torch.Generator().manual_seed(1), "aes")
     members = list(range(n))
+    secret, public = session_keys(n, torch.Generator().manual_seed(2))
     start = time.perf_counter()
-    agg.keys.seeds([(u, v) for u in members for v in members if u < v])
+    [agree(secret[u], public[v]) for u in members for v in members if u < v]
     setup = time.perf_counter() - start
     state: dict[str, object] = {}
 
@@ -87,7 +88,7 @@ def throughput(n: int, p: int, k: int, scale: float, dropout: float, repeats: in
         f"\n[1] one aggregation: {n} clients × {p:,} parameters, k = {k}, scale = {scale:g}, "
         f"dropout {dropout:.0%} ({n - len(survivors)} dropped, t = {t})"
     )
-    print(f"    one-time key agreement ({n * (n - 1) // 2:,} X25519 + HKDF)    {setup:8.3f} s")
+    print(f"    of which key agreement ({n * (n - 1) // 2:,} X25519 + HKDF)    {setup:8.3f} s")
     print(f"    plaintext aggregation (float sum)                {plain * 1e3:10.2f} ms")
     print(
         f"    masking (encode, check, {n * (n - 1) // 2:,} + {n} masks, Shamir) {t_mask * 1e3:10.1f} ms   "
@@ -142,7 +143,8 @@ def per_round(protocol: str, rounds: int, repeats: int) -> None:
     messages = sum(groups)
     plain_bytes = messages * 4 * n_params
     masked = messages * d.k * n_params // 8
-    shares = sum(m * (m - 1) * SHARE_BYTES * 2 for m in groups)  # Round 1 (b_u) + Round 4
+    # Round 0 (public keys), Round 1 (shares of b_u and s_u^SK), Round 4 (one share per member)
+    shares = sum(m * 32 + m * (m - 1) * SHARE_BYTES * 3 for m in groups)
     label = "FedSGD, 10 clients" if protocol == "fedsgd" else "D-PSGD, 4×4 torus (16 groups of 4)"
     print(f"\n[2] {label}, MLP 64-100-10 on digits ({n_params:,} parameters), {rounds} rounds")
     print(f"    plaintext           {times['none'] * 1e3:8.2f} ms/round   {plain_bytes / 1e3:9.1f} kB/round")
@@ -155,7 +157,7 @@ def per_round(protocol: str, rounds: int, repeats: int) -> None:
         f"    ratio               {times['secure_aggregation'] / times['none']:8.1f}×            "
         f"{(masked + shares) / plain_bytes:9.2f}×"
     )
-    print(f"    key agreements over the run: {d._agg.keys.agreements} (once per pair; no dropouts)")
+    print(f"    key agreements over the run: {d._agg.agreements} (fresh per aggregation session)")
 
 
 def main(argv: list[str] | None = None) -> None:

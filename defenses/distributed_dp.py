@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 import torch
 
 from bench.defenses_api import DEFENSES
-from bench.privacy.accounting import worst_epsilon
+from bench.privacy import plan
+from bench.privacy.accounting import worst_epsilon_spent
 from bench.privacy.defense import PerSampleDP
 from bench.privacy.distributed import aggregate_noise_multiplier, share_sizes
 from bench.simulation.hooks import RoundContext, RunInfo
@@ -96,12 +97,13 @@ class DistributedDP(PerSampleDP):
 
     def accounting_extra(self) -> dict[str, Any]:
         z = self.aggregate_multiplier()
-        steps = self._steps.cpu().tolist()
+        steps = plan.accounted_steps(self.run, self._steps).tolist()
         rows = [(z, q, t) for q, t in zip(self._rates.tolist(), steps, strict=True)]
-        eps, _ = worst_epsilon(rows, self.delta, self.accountant)
+        eps, _, used = worst_epsilon_spent(rows, self.delta, self.accountant, self.relation)
         m = self.shares()
         return {
             "epsilon_aggregate": eps,
+            "accountant_aggregate": used,
             "aggregate_noise_multiplier": z,
             "participants": {"min": int(m.min()), "max": int(m.max())},
         }

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import torch
 
 from bench.defenses_api import DEFENSES
-from bench.privacy.accounting import epsilon
+from bench.privacy.accounting import epsilon_spent
 from bench.privacy.defense import DPDefense
 from bench.privacy.mechanism import clip_rows
 from bench.protocols.federated import clients_per_round
@@ -40,10 +40,12 @@ class DPFedAvg(DPDefense):
     clients and anyone observing the global model. Not against the server, which receives the
     clipped, un-noised updates (the central-DP trust model of McMahan et al.).
 
-    Accounting: Opacus's ``RDPAccountant`` (or ``PRVAccountant``) with noise multiplier σ,
-    client sampling rate ``q = k / N`` (``q = 1`` under full participation: exact; otherwise
-    the engine samples ``k`` clients without replacement, accounted as Poisson sampling) and one
-    step per round aggregated.
+    Accounting: one mechanism per round aggregated. Under full participation (``k = N``) Opacus's
+    ``RDPAccountant`` (or ``PRVAccountant``) with noise multiplier σ and ``q = 1``, add/remove one
+    user: exact. Otherwise the engine samples ``k`` of ``N`` clients without replacement: a
+    differing user displaces another (replace one user, sensitivity ``2S/k``: multiplier σ/2),
+    accounted by the bound for sampling without replacement at ``q = k / N``
+    (``bench.privacy.accounting``, ``"rdp_wor"``) — the Poisson analysis is no bound there.
 
     Parameters
     ----------
@@ -54,6 +56,10 @@ class DPFedAvg(DPDefense):
     """
 
     protocols: ClassVar[tuple[str, ...]] = ("fedsgd", "fedavg")
+    #: the server adds the noise after it received the clipped updates: its guarantee covers
+    #: what it broadcasts, so the users who receive the global models, not the server or an
+    #: eavesdropper on the uploads (checked by ``tests/defenses/test_threat_claims.py``)
+    threats: ClassVar[tuple[str, ...]] = ("fl_user",)
     examples: ClassVar = ({"noise_multiplier": 1.0, "clip_norm": 0.5}, {"target_epsilon": 10.0})
 
     def protocol_overrides(self, protocol: str) -> dict[str, Any]:
@@ -64,8 +70,11 @@ class DPFedAvg(DPDefense):
         fraction = float(run.hyperparameters.get("client_fraction", 1.0))
         self.clients = clients_per_round(fraction, run.n_nodes)
         self.client_rate = self.clients / run.n_nodes
+        # k of N clients without replacement: a differing user displaces another (replace one,
+        # sensitivity 2S/k), accounted as sampling without replacement; every client: add/remove
+        self.relation = "replace_one" if self.clients < run.n_nodes else "add_remove"
         self._rounds = 0
-        self.solve_sigma([(self.client_rate, int(run.rounds))])
+        self.solve_sigma([(self.client_rate, int(run.rounds))], self.relation)
 
     # -------------------------------------------------------------------------------- hooks
     def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
@@ -98,11 +107,19 @@ class DPFedAvg(DPDefense):
         if not hasattr(self, "_rounds"):
             return {"epsilon": None, "note": "not bound to a run"}
         assert self.sigma is not None
+        eps, used = epsilon_spent(
+            self.sigma, self.client_rate, self._rounds, self.delta, self.accountant, self.relation
+        )
+        full = self.clients == self.run.n_nodes
         return {
-            "epsilon": epsilon(self.sigma, self.client_rate, self._rounds, self.delta, self.accountant),
+            "epsilon": eps,
             "delta": self.delta,
-            "accountant": self.accountant,
+            "accountant": used,
+            "accountant_requested": self.accountant,
             "unit": "user",
+            "relation": "add/remove one user" if full else "replace one user",
+            "sampling_scheme": "every client" if full else "fixed-size without replacement",
+            "sampling_accounted": "none" if full else "without replacement",
             "noise_multiplier": self.sigma,
             "sample_rate": self.client_rate,
             "steps": self._rounds,

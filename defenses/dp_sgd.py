@@ -20,19 +20,24 @@ class DPSGD(PerSampleDP):
 
     FedSGD: each client's upload is its ``g̃``; FedAvg and D-PSGD: every local step uses ``g̃``,
     so all a node sends is post-processing of its noisy gradients — *local* DP per node, against
-    any observer (the server, a neighbour, an eavesdropper, their coalitions), sample-level
-    (add/remove one sample of the node's local set), for the ``T_v`` steps the node took.
+    any observer (the server, a neighbour, an eavesdropper, their coalitions), sample-level, for
+    the ``T_v`` steps the node took.
 
-    Sampling (``bench.privacy.plan``): ``"fixed"`` uses the minibatch of the task's batch plan
-    (``B_v = min(B, n_v)`` samples without replacement; ``d_v = B_v``; accountant rate
-    ``q_v = B_v / n_v``, exact for full-batch tasks, Opacus's convention otherwise);
-    ``"poisson"`` keeps each sample of it with probability ``sample_rate`` ``r`` (Opacus's
-    ``UniformWithReplacementSampler``; ``d_v = r B_v``; rate ``q_v = r B_v / n_v``).
+    Sampling and relation (``bench.privacy.plan``): ``"fixed"`` uses the minibatch of the task's
+    batch plan (``d_v = B_v``). On full-batch tasks that is no subsampling (``q_v = 1``,
+    add/remove one sample: exact). With minibatches of ``B_v < n_v`` samples drawn without
+    replacement the relation is *replace one sample* (sensitivity ``2C``) and the accountant the
+    bound for sampling without replacement at ``q_v = B_v / n_v`` (Wang et al. 2019, ``"rdp_wor"``;
+    in epochs mode one unamplified mechanism per epoch): the Poisson analysis, Opacus's
+    convention for shuffled fixed-size batches, is no bound there. ``"poisson"`` (full-batch tasks
+    only) keeps each sample with probability ``sample_rate`` ``r`` (Opacus's
+    ``UniformWithReplacementSampler``; ``d_v = r n_v``; ``q_v = r``, add/remove: exact).
 
     Accounting (:meth:`accounting`): Opacus's ``RDPAccountant`` (or ``PRVAccountant``) with
-    ``(σ, q_v, T_v)``; the recorded ε is the largest over nodes. With ``target_epsilon`` σ is
-    solved by ``opacus.accountants.utils.get_noise_multiplier`` for the planned steps
-    (``rounds × local steps``; a client sampled in fewer rounds spends less).
+    ``(σ, q_v, T_v)``, or ``"rdp_wor"`` as above; the recorded ε is the largest over nodes, with
+    the accountant that gave it, the relation and the sampling. With ``target_epsilon`` σ is
+    solved for the planned steps (``rounds × local steps``; a client sampled in fewer rounds
+    spends less).
 
     Parameters
     ----------
@@ -45,7 +50,7 @@ class DPSGD(PerSampleDP):
     delta:
         δ ∈ (0, 1) of the guarantee (default 1e-5).
     sampling:
-        ``"fixed"`` (the task's minibatches) or ``"poisson"``.
+        ``"fixed"`` (the task's minibatches) or ``"poisson"`` (full-batch tasks only).
     sample_rate:
         Poisson keep probability r ∈ (0, 1] (``sampling="poisson"`` only).
     accountant:

@@ -65,10 +65,15 @@ class SecureAggregation(Defense):
     fails with that reason, or with ``on_failure="abort_round"`` the aggregation is skipped
     (no step / own model kept) and counted; never a wrong sum.
 
-    Cost. Key agreement runs once per pair of nodes (cached seeds; each instance expands them
-    with its own nonce), again only for a user whose key a dropout revealed (rekeyed). Per
-    aggregation of ``m`` users: ``m(m−1)/2`` pairwise and ``m`` self-mask expansions of ``P``
-    elements, and ``|U| + |U|·|D|`` expansions to unmask. ``benchmarks/secagg.py`` measures it.
+    Keys. Every aggregation instance (one receiver's group in one round and step) runs its own
+    key agreement with fresh key pairs (Bonawitz et al.'s Round 0 per instance): the secret key
+    of a dropped user that an unmasking reveals opens that instance only — two colluding
+    receivers of one gossip step cannot combine it with the other's self-mask seed to read the
+    user's message (:mod:`bench.secagg.keys`).
+
+    Cost. Per aggregation of ``m`` users: ``m`` key pairs and ``m(m−1)/2`` agreements,
+    ``m(m−1)/2`` pairwise and ``m`` self-mask expansions of ``P`` elements, and
+    ``|U| + |U|·|D|`` expansions to unmask. ``benchmarks/secagg.py`` measures it.
 
     Parameters
     ----------
@@ -201,13 +206,11 @@ class SecureAggregation(Defense):
         y, instances = self._agg.mask_many(
             [(groups[v][0].tolist(), v) for v in receivers], enc, msgs.round, msgs.step
         )
-        extra, revealed = [], set()
-        for i, (v, inst) in enumerate(zip(receivers, instances, strict=True)):
-            survived = alive[owner == i]
-            extra.append(_unmasking_round(v, inst, survived, groups[v][2]))
-            if int(survived.sum()) >= inst.t:  # the unmasking will reveal the dropped users' keys
-                revealed.update(u for u, ok in zip(inst.members, survived.tolist(), strict=True) if not ok)
-        self._agg.keys.rekey(sorted(revealed))  # a revealed secret key is never used again
+        # a dropped user's key the unmasking reveals is this session's only (fresh per instance)
+        extra = [
+            _unmasking_round(v, inst, alive[owner == i], groups[v][2])
+            for i, (v, inst) in enumerate(zip(receivers, instances, strict=True))
+        ]
         self.stats["dropped"] += int((~alive).sum())
         receiver_ids = torch.tensor(receivers, dtype=torch.long)[owner[alive]]
         payload_out = y[alive].to(msgs.payload.device)

@@ -58,7 +58,17 @@ def test_export_validate_build_with_images(run: tuple[list, Path], tmp_path: Pat
         for r in jobs:
             s.add(r)
     entries, site = tmp_path / "entries", tmp_path / "site"
-    done = bench("leaderboard", "export", "--store", str(store), "--entries", str(entries), "--task", "img")
+    done = bench(
+        "leaderboard",
+        "export",
+        "--store",
+        str(store),
+        "--entries",
+        str(entries),
+        "--task",
+        "img",
+        "--allow-uncommitted",
+    )
     assert done.returncode == 0, done.stderr  # --out defaults to the store's folder
     image = entries / "quick" / "images" / "noise" / "img_server.png"
     assert image.read_bytes() == (out / "reconstructions" / jobs[0].key / "server_ig.png").read_bytes()

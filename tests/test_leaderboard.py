@@ -61,7 +61,17 @@ def test_cli_export_validate_build(tmp_path):
             store.add(r)
     entries, site = tmp_path / "entries", tmp_path / "site"
     tasks = [arg for t in sorted({r.task for r in sample_results()}) for arg in ("--task", t)]
-    out = run("export", "--store", store_url, "--entries", str(entries), "--suite", "quick", *tasks)
+    out = run(
+        "export",
+        "--store",
+        store_url,
+        "--entries",
+        str(entries),
+        "--suite",
+        "quick",
+        "--allow-uncommitted",
+        *tasks,
+    )
     assert out.returncode == 0, out.stderr
     assert run("validate", "--entries", str(entries)).returncode == 0
     paths = sorted((entries / "quick").glob("*.json"))
@@ -104,3 +114,36 @@ def test_every_defense_of_the_repository_has_a_quick_entry():
     assert {d.name for d in suite.defenses} == set(discover_defenses(ROOT))
     committed = {p.stem for p in (ROOT / "leaderboard" / "entries" / "quick").glob("*.json")}
     assert committed == {defense_id(d.label) for d in suite.defenses}
+
+
+def test_export_refuses_uncommitted_code_unless_told(tmp_path, monkeypatch, capsys):
+    """Committed entries come from a clean commit: ``export`` refuses a checkout with
+    uncommitted changes and jobs run from one (exit 2, a message naming what), unless
+    ``--allow-uncommitted``, whose entries then say ``bench.dirty: true``."""
+    import json
+
+    from bench import cli
+    from bench.results import provenance
+
+    store_url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    with ResultStore(store_url) as store:
+        for r in sample_results():
+            store.add(r)
+    tasks = [arg for t in sorted({r.task for r in sample_results()}) for arg in ("--task", t)]
+    argv = ["leaderboard", "export", "--store", store_url, "--entries", str(tmp_path / "e"), *tasks]
+    state = {"commit": "c0ffee", "dirty": True}
+    monkeypatch.setattr(provenance, "git_state", lambda root=None: state)
+    assert cli.main(argv) == 2
+    assert "uncommitted changes" in capsys.readouterr().err and not (tmp_path / "e").exists()
+    state["dirty"] = False
+    assert cli.main(argv) == 0
+    with ResultStore(store_url) as store:
+        dirty = sample_results()[0]
+        dirty.provenance = {**dirty.provenance, "dirty": True}
+        dirty.key = "from-a-dirty-checkout"
+        store.add(dirty)
+    assert cli.main(argv) == 2
+    assert f"jobs of {dirty.task} ran from a checkout with uncommitted changes" in capsys.readouterr().err
+    assert cli.main([*argv, "--allow-uncommitted"]) == 0
+    path = next(p for p in (tmp_path / "e" / "quick").glob("*.json") if dirty.defense.split("(")[0] in p.name)
+    assert json.loads(path.read_text())["bench"]["dirty"] is True

@@ -37,7 +37,7 @@ def entry_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert run.returncode == 0, run.stderr
     out = bench(
         "leaderboard", "export", "--store", str(tmp / "runs" / "results.sqlite"),
-        "--entries", str(tmp / "entries"), *tasks,
+        "--entries", str(tmp / "entries"), "--allow-uncommitted", *tasks,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     (path,) = (tmp / "entries" / "quick").glob("*.json")
@@ -169,7 +169,16 @@ def test_export_of_a_rerun_changes_no_file(entry_file: Path, tmp_path: Path) -> 
         )  # fmt: skip
         assert run.returncode == 0, run.stderr
         store = str(runs / "results.sqlite")
-        out = bench("leaderboard", "export", "--store", store, "--entries", str(entries), *tasks)
+        out = bench(
+            "leaderboard",
+            "export",
+            "--store",
+            store,
+            "--entries",
+            str(entries),
+            "--allow-uncommitted",
+            *tasks,
+        )
         assert out.returncode == 0 and expect in out.stdout, out.stdout + out.stderr
     assert copy.read_bytes() == entry_file.read_bytes()
     assert len(list((entries / "quick").glob("*.json"))) == 2

@@ -4,6 +4,7 @@ scikit-learn (bench.membership.roc / metrics / thresholds / epsilon)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -167,3 +168,37 @@ def test_oracle_advantages_of_many_victims_equal_one_by_one():
     one_by_one = [oracle_threshold(scores[v], members[v]).advantage for v in range(6)]
     assert batched.tolist() == pytest.approx(one_by_one, abs=1e-12)
     assert batched[5] == 0.0 and batched[:5].min() > 0.0
+
+
+def test_the_epsilon_lower_bound_is_computed_at_the_delta_of_the_claim():
+    """A defense's ε is claimed at its δ; the empirical bound it is compared with is computed
+    at the same δ (``DataInfo.delta``, set by the scorer from the defense's accounting), which
+    lowers it: ``log((1 − δ − FPR)/FNR)``."""
+    from bench.attacks.base import Reconstruction
+    from bench.membership.epsilon import epsilon_lower_bound
+    from bench.metrics import DataInfo, Truth, build_metric
+    from bench.runner.truth import Scorer
+
+    gen = torch.Generator().manual_seed(0)
+    members = (torch.arange(400) < 200).to(torch.int8)
+    scores = torch.randn(400, generator=gen, dtype=torch.float64) + 1.5 * members
+    rec = Reconstruction(node=0, round=0, scores=scores)
+    truth = Truth(0, 0, torch.empty(0), torch.empty(0), members=members)
+    info = DataInfo(mean=(0.0,), std=(1.0,), n_classes=2, prior_x=torch.zeros(1), is_image=False)
+    at = {
+        d: build_metric("membership_auc").compute([rec], [truth], replace(info, delta=d))["epsilon_lb"]
+        for d in (0.0, 0.1)
+    }
+    assert at[0.0] == pytest.approx(epsilon_lower_bound(scores, members == 1))
+    assert at[0.1] == pytest.approx(epsilon_lower_bound(scores, members == 1, delta=0.1))
+    assert 0 < at[0.1] < at[0.0]
+    scorer = Scorer.__new__(Scorer)  # only its metric facts matter here
+    for accounting, delta in (
+        ({"epsilon": 2.0, "delta": 1e-5}, 1e-5),
+        ({"epsilon": None, "delta": 1e-5}, 0.0),  # no claim: δ = 0
+        ({"epsilon": 2.0, "delta": "1e-5"}, 0.0),
+        ("not a dict", 0.0),
+    ):
+        scorer.info = info
+        scorer.claim(accounting)
+        assert scorer.info.delta == delta

@@ -212,3 +212,25 @@ def test_input_mse_scores_a_diverged_victim_as_the_prior_guess_not_the_whole_job
     expected = float(((info.prior_x - x[[3, 5]]).pow(2).sum(1)).sum() / 8)
     assert values["mse"] == pytest.approx(expected)
     assert 0.5 < metric.leakage(values) < 1.0
+
+
+def test_the_gossip_leakage_is_the_larger_of_exact_recoveries_and_the_mse_gain_as_the_readme_says():
+    """``reconstructed_fraction``'s leakage: no estimate within 1e-6 (fraction 0) but each close
+    to its value scores ``1 − MSE / MSE_prior``, not 0; the README's leakage table says the same."""
+    from pathlib import Path
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 1, 6, generator=gen, dtype=torch.float64)
+    recs = [Reconstruction(node=v, round=0, x=x[v] + 0.01) for v in range(4)]
+    truths = [Truth(v, 0, x[v], torch.zeros(1)) for v in range(4)]
+    info = DataInfo(mean=(0.0,), std=(1.0,), n_classes=2, prior_x=torch.zeros(6), is_image=False)
+    metric = build_metric("reconstructed_fraction")
+    values = metric.compute(recs, truths, info)
+    mse_gain = 1 - (4 * 6 * 0.01**2 / 4) / float(x.pow(2).sum(-1).mean())
+    assert values["fraction"] == 0.0 and values["mse_leakage"] == pytest.approx(mse_gain)
+    assert metric.leakage(values) == pytest.approx(mse_gain)
+    exact = metric.compute([Reconstruction(node=v, round=0, x=x[v]) for v in range(4)], truths, info)
+    assert exact["fraction"] == 1.0 and metric.leakage(exact) == 1.0
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `reconstructed_fraction`")]
+    assert "the larger of" in row and "1 − MSE / MSE_prior" in row and "1e-6" in row

@@ -293,3 +293,15 @@ def test_a_defense_is_ranked_only_on_the_threat_models_it_claims() -> None:
     assert df.loc["legacy", "claimed"] and df.loc["legacy", "rank"] == 2
     front = pareto_front(entry_table(jobs)[lambda d: d["track"] == "t/active"])
     assert front == ["robust"]  # passive_only (privacy 0.9) would dominate it, but is not claimed
+
+
+def test_an_epsilon_counts_only_against_the_threat_models_the_defense_claims() -> None:
+    """A DP guarantee that does not cover the track's adversary (DP-FedAvg's noise is added by
+    the server, after it saw the updates) is not shown as one there, and no lower bound can
+    refute it."""
+    r = job("t", "server", "dp_fedavg", 0, {"a": 0.5}, 0.9, None, accounting={"epsilon": 2.0, "delta": 1e-5})
+    r.provenance = {"claims": ["fl_user"]}
+    (row_,) = entry_table([r]).to_dict("records")
+    assert math.isnan(row_["epsilon_mean"]) and not row_["claimed"] and not row_["epsilon_exceeded"]
+    r.provenance = {"claims": ["server", "fl_user"]}
+    assert entry_table([r])["epsilon_mean"].tolist() == [2.0]

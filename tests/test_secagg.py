@@ -9,7 +9,7 @@ from scipy.stats import chisquare
 
 from bench.secagg import SecAggFailure, SecAggOverflow, SecureAggregator, check_sum_range, decode, encode
 from bench.secagg.fixed_point import centred, ring_mask, ring_sum
-from bench.secagg.keys import KeyRing, agree
+from bench.secagg.keys import agree, session_keys
 from bench.secagg.prg import PAIR, SELF, expand, expand_many, instance_nonce
 from bench.secagg.shamir import PRIME, ShamirError, bytes_to_field, field_to_bytes, reconstruct, share
 
@@ -81,15 +81,22 @@ def test_prg_streams_are_deterministic_and_separated_by_seed_nonce_and_cipher():
 
 
 # -------------------------------------------------------------------------- key agreement
-def test_key_agreement_is_symmetric_cached_and_rekeying_forgets_the_revealed_key():
-    ring = KeyRing(4, gen())
-    assert agree(ring.secret[0], ring.public[2]) == agree(ring.secret[2], ring.public[0]) == ring.seed(2, 0)
-    for _ in range(3):
-        ring.seeds([(0, 1), (0, 2), (1, 2)])
-    assert ring.agreements == 3  # once per pair, whatever the number of rounds
-    old = ring.seed(0, 1)
-    ring.rekey([0])
-    assert ring.seed(0, 1) != old and ring.seed(1, 2) == agree(ring.secret[1], ring.public[2])
+def test_key_agreement_is_symmetric_and_every_session_has_fresh_keys():
+    g = gen()
+    secret, public = session_keys(4, g)
+    assert agree(secret[0], public[2]) == agree(secret[2], public[0])
+    again, public_again = session_keys(4, g)  # the next session: new pairs, new seeds
+    assert not set(public) & set(public_again) and not set(secret) & set(again)
+    assert agree(again[0], public_again[2]) != agree(secret[0], public[2])
+
+
+def test_every_instance_agrees_its_own_keys():
+    """Two instances of the same group (say two receivers' aggregations in one gossip step) share
+    no public key: a secret key one unmasking reveals belongs to that instance alone."""
+    agg = SecureAggregator(3, K, 0.5, gen(), "aes")
+    x = encode(torch.zeros(3, 10, dtype=torch.float64), SCALE, K)
+    _, (a, b) = agg.mask_many([([0, 1, 2], 5), ([0, 1, 2], 6)], torch.cat([x, x]), 0, 0)
+    assert not set(a.public) & set(b.public) and agg.agreements == 6
 
 
 # --------------------------------------------------------------------------------- Shamir

@@ -122,7 +122,9 @@ def test_cells(page: str, tables: dict[str, pd.DataFrame]) -> None:
     assert prune[0].startswith("—") and "below utility floor" in prune[0]
     assert by_defense["none"][3] == "inv"  # the worst attack
     assert by_defense["none"][6] == "0.800"  # mean leakage of inv, 3 decimals
-    assert by_defense["dp(eps=1)"][5] == "1" and 'title="at δ = 1e-05"' in page  # mean ε, its δ
+    # mean ε; its δ and how it was accounted
+    basis = "at δ = 1e-05; rdp; add/remove one sample; full batch, accounted as poisson"
+    assert by_defense["dp(eps=1)"][5] == "1" and f'title="{basis}"' in page
     assert by_defense["none"][5] == by_defense["noise"][5] == "—"  # no DP guarantee
     assert by_defense[EVIL][0] == "1"  # the evil defense is just a label (privacy 0.7: ranked first)
     assert by_defense[EVIL][2] == "0.700 ± 0.000"

@@ -39,6 +39,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         with ResultStore(store_url) as store:
             results = store.results()
         tasks = list(args.task or suite.tasks)
+        if not args.allow_uncommitted:
+            _require_clean(root, [r for r in results if r.task in set(tasks)], store_url)
         out = Path(args.out) if args.out else _runs_folder(store_url, root)
         paths = files.export(results, suite.name, tasks, entries, descriptions, out)
         labels = len({r.defense for r in results if r.task in set(tasks)})
@@ -64,6 +66,29 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     page = files.build(paths, site, tasks, claims if claims.is_file() else None)
     print(f"page: {page}")
     return 0
+
+
+def _require_clean(root: Path, results: list[Any], store_url: str) -> None:
+    """An entry is a citable record of code: ``export`` refuses a checkout with uncommitted
+    changes (its defenses' descriptions would come from unnamed code) and jobs run from one
+    (their numbers would), unless ``--allow-uncommitted``."""
+    from bench.results.provenance import git_state
+
+    if git_state(root)["dirty"]:
+        raise BenchInputError(
+            "leaderboard export",
+            str(root),
+            reason="the checkout has uncommitted changes (git status): commit them first, so that the "
+            "entries name the code they come from (--allow-uncommitted for a local look)",
+        )
+    dirty = sorted({r.task for r in results if r.provenance.get("dirty") is True})
+    if dirty:
+        raise BenchInputError(
+            "--store",
+            store_url,
+            reason=f"jobs of {', '.join(dirty)} ran from a checkout with uncommitted changes: re-run them "
+            "from a clean commit (--allow-uncommitted for a local look)",
+        )
 
 
 def _runs_folder(store_url: str, root: Path) -> Path:
@@ -139,6 +164,12 @@ def add_parser(sub: Any) -> None:
         "store's folder, else runs/)",
     )
     p.add_argument("--entries", help="the entries folder (default: leaderboard/entries)")
+    p.add_argument(
+        "--allow-uncommitted",
+        action="store_true",
+        help="export: from a checkout with uncommitted changes, or jobs run from one (entries say "
+        "bench.dirty: true; not for committed entries)",
+    )
     p.add_argument(
         "--entry", action="append", help="validate/verify/build: only this entry file (repeatable)"
     )

@@ -66,6 +66,7 @@ def summarize(r: JobResult) -> JobSummary:
         runtime_s=float(r.runtime_s),
         epsilon=None if eps is None else (eps[0] if math.isfinite(eps[0]) else None),
         delta=None if eps is None else eps[1],
+        epsilon_basis=r.epsilon_basis,
         version=str(r.provenance.get("version", "legacy")),
         timestamp=str(r.provenance.get("timestamp", "")),
         claims=r.provenance.get("claims"),
@@ -83,7 +84,7 @@ def restore(j: JobSummary, label: str, name: str, params: dict[str, Any]) -> Job
         provenance["claims"] = list(j.claims)
     if j.threads is not None:
         provenance["threads"] = j.threads
-    accounting = {} if j.epsilon is None else {"epsilon": j.epsilon, "delta": j.delta}
+    accounting = {} if j.epsilon is None else {"epsilon": j.epsilon, "delta": j.delta, **j.epsilon_basis}
     return JobResult(
         key=j.key,
         task=j.task,
@@ -132,6 +133,7 @@ def tracks_of(results: list[JobResult]) -> list[TrackSummary]:
                     if c.startswith(LEAKAGE_PREFIX) and not pd.isna(rec[c])
                 },
                 epsilon_mean=_num(rec["epsilon_mean"]),
+                epsilon_basis=str(rec["epsilon_basis"]),
                 epsilon_lb=_num(rec["epsilon_lb"]),
                 claimed=bool(rec["claimed"]),
             )

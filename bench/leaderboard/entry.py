@@ -54,6 +54,14 @@ class JobSummary(_Strict):
     runtime_s: float
     epsilon: float | None = None
     delta: float | None = None
+    epsilon_basis: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "How the ε was accounted: accountant (the one that gave it), relation (the "
+            "neighbouring datasets), sampling_scheme (as the engine drew the samples), "
+            "sampling_accounted (what the accountant assumed)."
+        ),
+    )
     version: str = Field(description="The job's code and spec version (entries aggregate the newest).")
     timestamp: str = ""
     claims: list[str] | None = Field(None, description="The threat models the defense claims to address.")
@@ -82,6 +90,7 @@ class TrackSummary(_Strict):
     worst_attack: str
     leakage: dict[str, float | None]
     epsilon_mean: float | None = None
+    epsilon_basis: str = Field("", description="How the ε was accounted, in words (its jobs' epsilon_basis).")
     epsilon_lb: float | None = None
     claimed: bool = True
 

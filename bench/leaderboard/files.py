@@ -97,7 +97,7 @@ def build_entries(
                 bench=BenchInfo(
                     version=str((first.provenance.get("packages") or {}).get("bench", "")),
                     commit=str(first.provenance.get("commit", "")),
-                    dirty=bool(first.provenance.get("dirty", False)),
+                    dirty=any(r.provenance.get("dirty") is True for r in jobs),
                 ),
                 hardware=hardware_of(first.provenance),
                 date=max(str(r.provenance.get("timestamp", "")) for r in jobs)[:10],

@@ -53,6 +53,9 @@ class DataInfo:
         The run's architecture as flat parameters, its registered name and the training loss's
         name: what a metric of reconstructed *models* evaluates them with (``None``/``""`` when
         not given).
+    delta:
+        The δ of the defense's (ε, δ) claim (0 without one): the empirical ε lower bound of a
+        membership metric is computed at it, so that it compares with the claim.
     """
 
     mean: tuple[float, ...]
@@ -63,6 +66,7 @@ class DataInfo:
     model: FlatModel | None = None
     model_name: str = ""
     loss: str = ""
+    delta: float = 0.0
 
 
 class Metric(ABC):

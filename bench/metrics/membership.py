@@ -27,9 +27,9 @@ class MembershipAUC(Metric):
       membership labels: an upper bound on a threshold attacker);
     * ``calibrated_advantage`` — ``M − 0.5`` at the threshold the attacker picked from its own
       data (``extra["threshold"]``, when the attack answers one);
-    * ``epsilon_lb`` — the empirical ε lower bound (Clopper–Pearson, α = 0.05, δ = 0;
-      Jagielski et al. 2020), maximized over thresholds (a nominal confidence level:
-      :mod:`bench.membership.epsilon`);
+    * ``epsilon_lb`` — the empirical ε lower bound (Clopper–Pearson, α = 0.05, at the δ of the
+      defense's claim — ``info.delta``, 0 without one; Jagielski et al. 2020), maximized over
+      thresholds (a nominal confidence level: :mod:`bench.membership.epsilon`);
 
     each averaged over the victims (``epsilon_lb``: the largest). An attack that answers for
     several rounds is scored per round: the reported values are those of the worst round
@@ -55,7 +55,7 @@ class MembershipAUC(Metric):
             if members.all() or not members.any():
                 continue  # a node without training samples (or no non-members) has nothing to score
             row = membership_metrics(scores, members, ROC_FPRS)
-            row["epsilon_lb"] = epsilon_lower_bound(scores, members)
+            row["epsilon_lb"] = epsilon_lower_bound(scores, members, delta=info.delta)
             if "threshold" in rec.extra:  # the attacker's own threshold, next to the oracle one
                 row["calibrated_advantage"] = apply_threshold(
                     scores, members, rec.extra["threshold"], "calibrated"

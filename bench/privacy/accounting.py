@@ -11,9 +11,22 @@ probability ``q``. Its privacy loss is computed by Opacus (not re-derived here):
 * ``"prv"`` — :class:`opacus.accountants.PRVAccountant`: numerical composition of privacy-loss
   random variables (Gopi et al. 2021), a tighter upper bound on ε for the same mechanism.
 
-Both analyse *Poisson* subsampling with add/remove-one adjacency; where a defense's sampling is
-of fixed size it says so and what rate it passes (``bench.privacy.plan``). σ for a target ε is
-solved by :func:`opacus.accountants.utils.get_noise_multiplier` (binary search on σ).
+Both analyse *Poisson* subsampling with add/remove-one adjacency. The engine draws a node's
+minibatch of ``B`` of its ``n`` samples *without replacement* (``bench.privacy.plan``), for which
+the Poisson analysis is no bound. Its neighbouring relation is **replace one** (a differing
+sample displaces another, so the clipped sum moves by up to ``2C``: the Gaussian mechanism of
+multiplier σ/2), and its amplification is that of sampling without replacement:
+
+* ``"rdp_wor"`` — the general RDP bound of subsampling without replacement (Wang, Balle &
+  Kasiviswanathan, AISTATS 2019, "Subsampled Rényi Differential Privacy and Analytical Moments
+  Accountant", Theorem 9) as implemented by its authors' ``autodp`` (``AmplificationBySampling
+  (PoissonSampling=False)``), composed over the steps and converted to (ε, δ) there.
+
+:func:`epsilon_spent` takes the relation (``"add_remove"`` or ``"replace_one"``): replace-one
+with rate ``q < 1`` is ``"rdp_wor"``; with ``q = 1`` (no subsampling) it is the requested
+Opacus accountant at multiplier σ/2. σ for a target ε is solved by
+:func:`opacus.accountants.utils.get_noise_multiplier` (binary search on σ), or by bisection on
+``"rdp_wor"`` for replace-one groups.
 """
 
 from __future__ import annotations
@@ -30,32 +43,83 @@ from opacus.accountants.utils import get_noise_multiplier
 from bench.errors import BenchInputError, require
 
 ACCOUNTANTS = ("rdp", "prv")
+#: neighbouring relations: add or remove one record (Poisson sampling, full batches), replace one
+#: record (fixed-size sampling without replacement)
+RELATIONS = ("add_remove", "replace_one")
 #: the δ of every DP defense unless configured (≪ 1/n for every local set of the tasks)
 DEFAULT_DELTA = 1e-5
 #: above this ε (by RDP) the PRV accountant is not asked (see :func:`epsilon`)
 PRV_MAX_EPSILON = 100.0
 #: tolerance of the σ search for a target ε (Opacus's default)
 EPSILON_TOLERANCE = 0.01
+#: the largest σ a target-ε search tries (Opacus's ``MAX_SIGMA``)
+MAX_SIGMA = 1e6
 
 
-def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
+def epsilon(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: str,
+    relation: str = "add_remove",
+) -> float:
     """ε after ``steps`` steps of the Gaussian mechanism with noise multiplier σ, sampled with
-    rate ``q``, at ``δ``, by Opacus's ``accountant`` (``0`` for no step, ``inf`` for σ = 0).
+    rate ``q``, at ``δ``, by Opacus's ``accountant`` (``0`` for no step, ``inf`` for σ = 0):
+    :func:`epsilon_spent` without the name of the accountant that gave it."""
+    return epsilon_spent(noise_multiplier, sample_rate, steps, delta, accountant, relation)[0]
 
-    ``"prv"`` reports RDP's bound instead (both are upper bounds on the same ε) where RDP's ε
-    exceeds :data:`PRV_MAX_EPSILON` — the PRV discretization then takes from seconds to minutes
-    (σ = 0.3 over 200 unsampled steps: 30 s) for a guarantee that is void either way — or where
-    its numerical domain gives no finite bound."""
+
+def epsilon_spent(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: str,
+    relation: str = "add_remove",
+) -> tuple[float, str]:
+    """``(ε, accountant used)``: ε as :func:`epsilon`, and the accountant whose bound it is.
+
+    ``relation="replace_one"``: the mechanism is that of multiplier σ/2 (sensitivity ``2C``),
+    subsampled without replacement with rate ``q`` (``"rdp_wor"``, :func:`_wor_epsilon`) or not
+    at all (``q = 1``: the requested accountant at σ/2).
+
+    ``"prv"`` reports RDP's bound instead (both are upper bounds on the same ε), labelled
+    ``"rdp"``, where RDP's ε exceeds :data:`PRV_MAX_EPSILON` — the PRV discretization then takes
+    from seconds to minutes (σ = 0.3 over 200 unsampled steps: 30 s) for a guarantee that is
+    void either way — or where its numerical domain gives no finite bound. No step and σ = 0
+    need no accountant (``"none"``)."""
+    if relation not in RELATIONS:
+        raise ValueError(f"unknown neighbouring relation {relation!r}; choose one of {RELATIONS}")
     if steps <= 0:
-        return 0.0
+        return 0.0, "none"
     if noise_multiplier <= 0:
-        return math.inf
+        return math.inf, "none"
+    if relation == "replace_one":
+        if sample_rate < 1:
+            return _wor_epsilon(noise_multiplier / 2, sample_rate, steps, delta), "rdp_wor"
+        noise_multiplier = noise_multiplier / 2  # sensitivity 2C, no subsampling
     rdp = _opacus_epsilon("rdp", noise_multiplier, sample_rate, steps, delta)
     if accountant == "prv" and rdp <= PRV_MAX_EPSILON:
         eps = _opacus_epsilon("prv", noise_multiplier, sample_rate, steps, delta)
         if math.isfinite(eps):
-            return eps
-    return rdp
+            return eps, "prv"
+    return rdp, "rdp"
+
+
+def _wor_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
+    """ε of ``steps`` compositions of the Gaussian mechanism of multiplier ``sigma`` (for the
+    replace-one sensitivity) subsampled without replacement at rate ``q``: ``autodp``'s general
+    bound of Wang, Balle & Kasiviswanathan (2019, Theorem 9), converted at ``δ``."""
+    from autodp.mechanism_zoo import GaussianMechanism
+    from autodp.transformer_zoo import AmplificationBySampling, Composition
+
+    mechanism = GaussianMechanism(sigma=float(sigma))
+    mechanism.neighboring = "replace_one"
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        sampled = AmplificationBySampling(PoissonSampling=False)(mechanism, float(q))
+        return float(Composition()([sampled], [int(steps)]).get_approxDP(float(delta)))
 
 
 def _opacus_epsilon(mechanism: str, sigma: float, q: float, steps: int, delta: float) -> float:
@@ -74,16 +138,24 @@ def _opacus_epsilon(mechanism: str, sigma: float, q: float, steps: int, delta: f
 
 
 def worst_epsilon(
-    groups: Iterable[tuple[float, float, int]], delta: float, accountant: str
+    groups: Iterable[tuple[float, float, int]], delta: float, accountant: str, relation: str = "add_remove"
 ) -> tuple[float, tuple[float, float, int] | None]:
     """The largest ε over ``(σ, q, T)`` groups (nodes sharing a configuration; each distinct
     group is evaluated once) and the group that attains it."""
-    worst, arg = 0.0, None
+    eps, arg, _ = worst_epsilon_spent(groups, delta, accountant, relation)
+    return eps, arg
+
+
+def worst_epsilon_spent(
+    groups: Iterable[tuple[float, float, int]], delta: float, accountant: str, relation: str = "add_remove"
+) -> tuple[float, tuple[float, float, int] | None, str]:
+    """:func:`worst_epsilon` and the accountant that gave the largest ε (:func:`epsilon_spent`)."""
+    worst, arg, used = 0.0, None, "none"
     for group in sorted(set(groups)):
-        eps = epsilon(*group, delta=delta, accountant=accountant)
+        eps, by = epsilon_spent(*group, delta=delta, accountant=accountant, relation=relation)
         if arg is None or eps > worst:
-            worst, arg = eps, group
-    return worst, arg
+            worst, arg, used = eps, group, by
+    return worst, arg, used
 
 
 def solve_noise_multiplier(
@@ -92,13 +164,17 @@ def solve_noise_multiplier(
     groups: Iterable[tuple[float, int]],
     accountant: str,
     field: str = "defense.target_epsilon",
+    relation: str = "add_remove",
 ) -> float:
     """The smallest σ (to Opacus's tolerance) such that every ``(q, T)`` group spends at most
-    ``target_epsilon`` at ``delta``; a target no σ up to Opacus's ``MAX_SIGMA`` meets is an
-    input error naming ``field``."""
+    ``target_epsilon`` at ``delta`` under ``relation``; a target no σ up to Opacus's
+    ``MAX_SIGMA`` meets is an input error naming ``field``."""
     sigma = 0.0
     for q, steps in sorted(set(groups)):
         if steps <= 0:
+            continue
+        if relation == "replace_one" and q < 1:
+            sigma = max(sigma, _solve_wor(target_epsilon, delta, q, int(steps), field))
             continue
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -118,8 +194,34 @@ def solve_noise_multiplier(
                 reason=f"cannot be met at δ={delta:g} with sample rate {q:.4g} over {steps} steps "
                 f"by any noise multiplier up to 1e6 (Opacus: {exc})",
             ) from None
-        sigma = max(sigma, float(s))
+        sigma = max(sigma, float(s) * (2.0 if relation == "replace_one" else 1.0))
     return sigma
+
+
+def _solve_wor(target: float, delta: float, q: float, steps: int, field: str) -> float:
+    """σ for ``target`` under replace-one sampling without replacement: the bisection of
+    :func:`opacus.accountants.utils.get_noise_multiplier` (same bracket, doubling and stopping
+    rule) on :func:`_wor_epsilon` at σ/2."""
+    low, high = 0.0, 10.0
+    eps_high = _wor_epsilon(high / 2, q, steps, delta)
+    while eps_high > target:
+        high *= 2
+        if high > MAX_SIGMA:
+            raise BenchInputError(
+                field,
+                target,
+                reason=f"cannot be met at δ={delta:g} with sampling rate {q:.4g} without replacement "
+                f"over {steps} steps by any noise multiplier up to {MAX_SIGMA:g}",
+            )
+        eps_high = _wor_epsilon(high / 2, q, steps, delta)
+    while target - eps_high > EPSILON_TOLERANCE:
+        mid = (low + high) / 2
+        eps = _wor_epsilon(mid / 2, q, steps, delta)
+        if eps < target:
+            high, eps_high = mid, eps
+        else:
+            low = mid
+    return high
 
 
 def check_budget(

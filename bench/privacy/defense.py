@@ -27,16 +27,23 @@ round takes none) and reports the largest ε over nodes (:meth:`PerSampleDP.acco
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 
 from bench.defenses_api import Defense
 from bench.errors import BenchInputError, require, require_number
 from bench.privacy import plan
-from bench.privacy.accounting import DEFAULT_DELTA, check_budget, solve_noise_multiplier, worst_epsilon
+from bench.privacy.accounting import DEFAULT_DELTA, check_budget, solve_noise_multiplier, worst_epsilon_spent
 from bench.privacy.mechanism import add_parameter_noise, clip_factors
 from bench.simulation.hooks import RoundContext, RunInfo
+
+if TYPE_CHECKING:
+    from bench.protocols import Protocol
+
+
+#: the neighbouring relations in an entry's words
+RELATION_WORDS = {"add_remove": "add/remove one sample", "replace_one": "replace one sample"}
 
 
 class DPDefense(Defense):
@@ -59,10 +66,12 @@ class DPDefense(Defense):
         )
         self.sigma = self.noise_multiplier
 
-    def solve_sigma(self, groups: list[tuple[float, int]]) -> None:
+    def solve_sigma(self, groups: list[tuple[float, int]], relation: str = "add_remove") -> None:
         """σ for the target ε over the ``(q, T)`` groups of the run (when a target is set)."""
         if self.target_epsilon is not None:
-            self.sigma = solve_noise_multiplier(self.target_epsilon, self.delta, groups, self.accountant)
+            self.sigma = solve_noise_multiplier(
+                self.target_epsilon, self.delta, groups, self.accountant, relation=relation
+            )
 
     def budget_knowledge(self) -> dict[str, Any]:
         return {
@@ -114,15 +123,23 @@ class PerSampleDP(DPDefense):
         self._sample_gen: torch.Generator | None = None
 
     # ------------------------------------------------------------------------------- set-up
+    def applies_to(self, name: str, protocol: Protocol) -> str | None:
+        """Not to a protocol whose batch plan draws minibatches when sampling is Poisson
+        (:func:`bench.privacy.plan.relation`: the minibatch is already a fixed-size sample)."""
+        if self.sampling == "poisson" and protocol.uses_data and protocol.batch_plan.batch_size is not None:
+            return f"sampling='poisson' needs full batches; {name} here draws minibatches of a fixed size"
+        return super().applies_to(name, protocol)
+
     def bind(self, run: RunInfo) -> None:
         super().bind(run)
         scale = self.sample_rate if self.sampling == "poisson" else 1.0
         self._divisors = (plan.minibatch_sizes(run) * scale).to(device=run.device, dtype=run.dtype)
+        self.relation = plan.relation(run, self.sampling)
         self._rates = plan.sample_rates(run, self.sampling, self.sample_rate)
         self._planned = plan.planned_steps(run)
         self._steps = torch.zeros(run.n_nodes, dtype=torch.int64, device=run.device)
         self._noise_gen = self._sample_gen = None
-        self.solve_sigma(plan.groups(self._rates, self._planned))
+        self.solve_sigma(plan.groups(self._rates, self._planned), self.relation)
 
     def noise_scale(self, ctx: RoundContext, n: int, device: torch.device) -> float | torch.Tensor:
         """``s_v`` of the ``n`` rows of a call (a number, or ``[n]`` on ``device``): the node's
@@ -175,20 +192,24 @@ class PerSampleDP(DPDefense):
         """ε at δ of the worst node: ``T_v`` steps it took, rate ``q_v``, its noise multiplier."""
         if not hasattr(self, "_steps"):
             return {"epsilon": None, "note": "not bound to a run"}
-        steps = self._steps.cpu()
+        steps = plan.accounted_steps(self.run, self._steps)
         rows = zip(self.node_multipliers().tolist(), self._rates.tolist(), steps.tolist(), strict=True)
-        eps, worst = worst_epsilon(rows, self.delta, self.accountant)
+        eps, worst, used = worst_epsilon_spent(rows, self.delta, self.accountant, self.relation)
         z, q, t = worst if worst is not None else (self.sigma, 0.0, 0)
         return {
             "epsilon": eps,
             "delta": self.delta,
-            "accountant": self.accountant,
+            "accountant": used,
+            "accountant_requested": self.accountant,
             "unit": "sample",
+            "relation": RELATION_WORDS[self.relation],
             "noise_multiplier": self.sigma,
             "worst_node": {"noise_multiplier": z, "sample_rate": q, "steps": t},
             "planned_steps": int(self._planned.max()),
             "clip_norm": self.clip_norm,
             "sampling": self.sampling,
+            "sampling_scheme": plan.sampling_scheme(self.run, self.sampling),
+            "sampling_accounted": plan.sampling_accounted(self.run, self.sampling),
             "guarantee": self.GUARANTEE,
             **self.accounting_extra(),
         }

@@ -18,6 +18,10 @@ STATUSES: tuple[str, ...] = ("ok", "failed")
 #: how :meth:`JobResult.to_dict` writes a non-finite float: ``{"$float": "nan" | "inf" | "-inf"}``
 FLOAT_TAG = "$float"
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+#: the accounting keys that say how an ε was obtained (:attr:`JobResult.epsilon_basis`): the
+#: accountant that gave it, the neighbouring relation, the sampling the engine used, the sampling
+#: the accountant assumed
+EPSILON_BASIS = ("accountant", "relation", "sampling_scheme", "sampling_accounted")
 
 
 def _encode(value: Any, where: str) -> Any:
@@ -151,6 +155,15 @@ class JobResult:
         if not _is_number(eps) or math.isnan(eps):
             return None
         return float(eps), float(delta) if _is_number(delta) else None
+
+    @property
+    def epsilon_basis(self) -> dict[str, str]:
+        """How the ε of :attr:`epsilon` was accounted, as the defense reports it: the accountant
+        that gave it, the neighbouring relation, the sampling the engine used and the one the
+        accountant assumed (:data:`EPSILON_BASIS`; empty without an ε)."""
+        if self.epsilon is None:
+            return {}
+        return {k: str(self.accounting[k]) for k in EPSILON_BASIS if isinstance(self.accounting.get(k), str)}
 
     def to_dict(self) -> dict[str, Any]:
         """The record as standard JSON data (``json.dumps(..., allow_nan=False)`` accepts it).

@@ -185,6 +185,7 @@ def run_job(
         t_utility = time.perf_counter()
         prov["device"] = str(sim.get("device", "cpu"))
         scorer = Scorer(cfg, (data_cache or RunDataCache(1)).get(cfg))
+        scorer.claim(sim.get("accounting"))
         prov["partition"] = scorer.data.partition_info
         scorer.check_models(sim.get("theta"), sim.get("global"))
         utility = scorer.utility(sim["theta"], sim.get("global"))

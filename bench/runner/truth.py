@@ -15,6 +15,7 @@ import json
 import math
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,16 @@ class Scorer:
             model_name=cfg.model,
             loss=self.loss_name,
         )
+
+    def claim(self, accounting: Any) -> None:
+        """Take the δ of the defense's (ε, δ) claim (its accounting, as the simulation process
+        reported it) for the membership metrics' ε lower bound (:attr:`DataInfo.delta`); a
+        report without a number ε and a δ in ``[0, 1)`` leaves δ = 0."""
+        acc = accounting if isinstance(accounting, dict) else {}
+        eps, delta = acc.get("epsilon"), acc.get("delta")
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (eps, delta))
+        if numbers and not math.isnan(eps) and 0.0 <= delta < 1.0:
+            self.info = replace(self.info, delta=float(delta))
 
     # ------------------------------------------------------------------------------ utility
     def check_models(self, theta: Any, global_model: Any) -> None:

@@ -1,22 +1,24 @@
-"""Key agreement: every node's X25519 key pair and the pairwise seeds ``s_{u,v}``.
+"""Key agreement: fresh X25519 key pairs per aggregation session and the pairwise seeds ``s_{u,v}``.
 
 Bonawitz et al. (CCS 2017, §4, "Key Agreement"; Round 0 "AdvertiseKeys" of the protocol) give
-each user a key pair ``(s_u^SK, s_u^PK)``; two users ``u, v`` agree on
+each user a key pair ``(s_u^SK, s_u^PK)`` *per protocol instance*; two users ``u, v`` agree on
 ``s_{u,v} = KA.agree(s_u^SK, s_v^PK) = KA.agree(s_v^SK, s_u^PK)`` without talking to each other
 (the public keys are relayed by the server, or in a decentralized network by the receiver whose
 neighbourhood aggregates). Here ``KA`` is X25519 Diffie–Hellman followed by HKDF-SHA256 (both from
 the ``cryptography`` package), which turns the shared point into the 32-byte PRG seed, as the paper
 prescribes ("agree … composed with a hash function").
 
-Key agreement is the only per-pair public-key operation; it runs once per pair (a loop over
-pairs, ~0.1 ms each, outside the per-round path) and the seeds are cached: each aggregation
-instance expands the cached seed with its own nonce (:mod:`bench.secagg.prg`), which gives a
-fresh mask per round without a new exchange.
+Fresh keys per session (one receiver's aggregation in one round and step) are what makes a
+revealed key harmless. An aggregation in which user ``u`` drops out reveals ``s_u^SK`` to its
+receiver (it reconstructs it to remove ``u``'s pairwise masks). Were that key long-term, the same
+receiver — with a second receiver in whose aggregation ``u`` survived in the same gossip step,
+which learns ``u``'s self-mask seed ``b_u`` — could remove every mask of ``u``'s message to that
+second receiver and read it: two colluding receivers would unmask an individual message
+(``tests/defenses/test_secure_aggregation.py`` runs that attack). With session keys the revealed
+``s_u^SK`` opens nothing but the session it came from.
 
-A user whose secret key was *revealed* — the server reconstructs ``s_u^SK`` of a user that
-dropped out, to remove its pairwise masks — must never use it again: :meth:`KeyRing.rekey` gives
-it a fresh pair (and forgets every seed derived from the old one), otherwise the server, knowing
-``s_u^SK``, could unmask that user's next input.
+Cost: ``m`` key generations and ``m(m−1)/2`` agreements per session of ``m`` users (~0.1 ms
+each); ``benchmarks/secagg.py`` measures it.
 """
 
 from __future__ import annotations
@@ -57,41 +59,7 @@ def normalized_secret(raw: bytes) -> bytes:
     )
 
 
-class KeyRing:
-    """The key pairs of ``n`` nodes and the cache of their pairwise seeds.
-
-    Parameters
-    ----------
-    n:
-        Number of nodes.
-    generator:
-        Source of the secret keys (seeded from the run's seed by the defense).
-    """
-
-    def __init__(self, n: int, generator: torch.Generator) -> None:
-        self._gen = generator
-        self.secret: list[bytes] = [normalized_secret(random_bytes(generator)) for _ in range(n)]
-        self.public: list[bytes] = [public_key(s) for s in self.secret]
-        self._seeds: dict[tuple[int, int], bytes] = {}
-        self.agreements = 0  # key agreements computed (cost accounting)
-
-    def seed(self, u: int, v: int) -> bytes:
-        """``s_{u,v}`` (symmetric), agreed on first use and cached."""
-        key = (min(u, v), max(u, v))
-        if key not in self._seeds:
-            self._seeds[key] = agree(self.secret[key[0]], self.public[key[1]])
-            self.agreements += 1
-        return self._seeds[key]
-
-    def seeds(self, pairs: list[tuple[int, int]]) -> list[bytes]:
-        return [self.seed(u, v) for u, v in pairs]
-
-    def rekey(self, nodes: list[int]) -> None:
-        """Fresh key pairs for ``nodes`` (their secret keys were revealed); their seeds are forgotten."""
-        if not nodes:
-            return
-        gone = set(nodes)
-        for u in nodes:
-            self.secret[u] = normalized_secret(random_bytes(self._gen))
-            self.public[u] = public_key(self.secret[u])
-        self._seeds = {k: s for k, s in self._seeds.items() if not gone & set(k)}
+def session_keys(m: int, generator: torch.Generator) -> tuple[list[bytes], list[bytes]]:
+    """Fresh key pairs of the ``m`` users of one session: ``(secret keys, public keys)``."""
+    secret = [normalized_secret(random_bytes(generator)) for _ in range(m)]
+    return secret, [public_key(sk) for sk in secret]

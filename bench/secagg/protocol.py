@@ -8,10 +8,10 @@ receiver in a decentralized network) with encoded inputs ``x_u ∈ Z_{2^k}^P``:
 
       y_u = x_u + PRG(b_u) + Σ_{v ∈ M, u < v} PRG(s_{u,v}) − Σ_{v ∈ M, v < u} PRG(s_{u,v})   mod 2^k
 
-  with a fresh self-mask seed ``b_u`` and the pairwise seeds ``s_{u,v}`` of
-  :class:`~bench.secagg.keys.KeyRing`; before that (Round 1, "ShareKeys") it Shamir-shares
-  ``b_u`` and its key-agreement secret ``s_u^SK`` among ``M`` with threshold ``t``
-  (:mod:`bench.secagg.shamir`).
+  with a fresh self-mask seed ``b_u`` and the pairwise seeds ``s_{u,v}`` agreed with key pairs
+  fresh for this instance (Round 0, "AdvertiseKeys": :func:`~bench.secagg.keys.session_keys`);
+  before that (Round 1, "ShareKeys") it Shamir-shares ``b_u`` and its key-agreement secret
+  ``s_u^SK`` among ``M`` with threshold ``t`` (:mod:`bench.secagg.shamir`).
 * **Unmasking** (Round 4). The server receives ``y_u`` from the survivors ``U ⊆ M``; the
   dropped users are ``D = M \\ U``. With ``|U| < t`` it stops: :class:`SecAggFailure` — no partial
   or wrong sum is ever returned. Otherwise, from ``t`` survivors' shares it reconstructs ``b_u`` for
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from bench.secagg.fixed_point import SecAggError, ring_mask, ring_sub
-from bench.secagg.keys import KeyRing, agree, random_bytes
+from bench.secagg.keys import agree, random_bytes, session_keys
 from bench.secagg.prg import PAIR, SELF, expand_many, instance_nonce
 from bench.secagg.shamir import bytes_to_field, field_to_bytes, reconstruct, share
 
@@ -89,7 +89,7 @@ class SecureAggregator:
     fraction:
         Threshold fraction ``τ`` (:func:`threshold`).
     generator:
-        The defense's seeded stream (keys, self-mask seeds, share polynomials).
+        The defense's seeded stream (session keys, self-mask seeds, share polynomials).
     prg:
         ``"aes"`` (AES-256-CTR) or ``"chacha20"``.
     chunk:
@@ -101,21 +101,9 @@ class SecureAggregator:
     ) -> None:
         self.k, self.fraction, self.prg, self.chunk = k, fraction, prg, chunk
         self._gen = generator
-        self.keys = KeyRing(n_nodes, generator)
+        self.n_nodes = n_nodes
         self.expanded = 0  # PRG vectors expanded (cost accounting)
-        self._key_shares: dict[tuple[tuple[int, ...], tuple[bytes, ...]], torch.Tensor] = {}
-
-    def _shares_of_keys(self, members: list[int], t: int) -> torch.Tensor:
-        """Shares of the members' ``s_u^SK`` among the group, dealt once per group and key epoch
-        (the paper deals them per instance because its keys are per instance; re-dealing a
-        persistent key to the same holders would add nothing)."""
-        ident = (tuple(members), tuple(self.keys.public[u] for u in members))
-        if ident not in self._key_shares:
-            if len(self._key_shares) >= 4096:  # sampled groups: keep memory bounded
-                self._key_shares.clear()
-            secrets = bytes_to_field([self.keys.secret[u] for u in members])
-            self._key_shares[ident] = share(secrets, len(members), t, self._gen)
-        return self._key_shares[ident]
+        self.agreements = 0  # pairwise key agreements (cost accounting)
 
     def _signed_masks(
         self, seeds: list[bytes], nonces: list[bytes], plus: list[int], minus: list[int], rows: int, p: int
@@ -152,9 +140,11 @@ class SecureAggregator:
                 raise ValueError("members must be distinct and sorted")
             nonce_pair = instance_nonce(round_, step, group, PAIR)
             nonce_self = instance_nonce(round_, step, group, SELF)
+            secret, public = session_keys(m, self._gen)  # this instance's keys (Round 0)
+            self.agreements += m * (m - 1) // 2
             for i in range(m):  # Δ_{u,v} = +1 for the first of a pair, −1 for the second
                 for j in range(i + 1, m):
-                    seeds.append(self.keys.seed(members[i], members[j]))
+                    seeds.append(agree(secret[i], public[j]))
                     nonces.append(nonce_pair)
                     plus.append(offset + i)
                     minus.append(offset + j)
@@ -171,8 +161,8 @@ class SecureAggregator:
                     nonce_pair=nonce_pair,
                     nonce_self=nonce_self,
                     self_shares=share(bytes_to_field(self_seeds), m, t, self._gen),
-                    key_shares=self._shares_of_keys(list(members), t),
-                    public=[self.keys.public[u] for u in members],
+                    key_shares=share(bytes_to_field(secret), m, t, self._gen),
+                    public=public,
                 )
             )
             offset += m

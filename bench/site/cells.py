@@ -96,7 +96,9 @@ def rows(
                 "utility_v": _data(rec.get("utility_mean")),
                 "epsilon": format_epsilon(_float(rec.get("epsilon_mean"))),
                 "epsilon_v": _data(rec.get("epsilon_mean")),
-                "epsilon_delta": _delta(rec.get("epsilon_delta")),
+                "epsilon_delta": "; ".join(
+                    t for t in (_delta(rec.get("epsilon_delta")), str(rec.get("epsilon_basis") or "")) if t
+                ),
                 "epsilon_lb": fmt(rec.get("epsilon_lb")),
                 "epsilon_lb_v": _data(rec.get("epsilon_lb")),
                 "epsilon_exceeded": bool(rec.get("epsilon_exceeded", False)),

@@ -79,6 +79,7 @@ def entry_context(entry: Entry) -> dict[str, Any]:
             "worst": t.worst_attack or "—",
             "leakage": ", ".join(f"{k} {_num(v)}" for k, v in sorted(t.leakage.items())) or "—",
             "epsilon": "—" if t.epsilon_mean is None else f"{t.epsilon_mean:.3g}",
+            "epsilon_basis": t.epsilon_basis or "—",
             "seeds": t.seeds,
             "failed": t.failed,
             "claimed": "yes" if t.claimed else "no",
