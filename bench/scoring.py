@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from bench.results.record import AttackOutcome, JobResult, track_id
+from bench.results.privacy import finite as _finite
+from bench.results.privacy import privacy_score
+from bench.results.record import JobResult, epsilon_basis_text, track_id
 from bench.results.versions import split_versions, superseded_versions
 
 __all__ = [
@@ -85,45 +86,6 @@ BASE_COLUMNS: tuple[str, ...] = (
 
 #: the metric holding a membership attack's empirical ε lower bound (:mod:`bench.metrics.membership`)
 EPSILON_LB_METRIC = "membership_auc.epsilon_lb"
-
-
-def epsilon_basis_text(basis: dict[str, str]) -> str:
-    """A job's :attr:`~bench.results.record.JobResult.epsilon_basis` in words, e.g. ``"rdp;
-    add/remove one sample; fixed-size without replacement, accounted as poisson"`` (``""``
-    when the defense reported none)."""
-    parts = [basis[k] for k in ("accountant", "relation") if basis.get(k)]
-    drawn, assumed = basis.get("sampling_scheme"), basis.get("sampling_accounted")
-    if drawn:
-        parts.append(drawn + (f", accounted as {assumed}" if assumed and assumed != drawn else ""))
-    return "; ".join(parts)
-
-
-def _finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
-def privacy_score(outcomes: Iterable[AttackOutcome], threat: str | None = None) -> float | None:
-    """``1 − max`` normalized leakage over the successful attacks.
-
-    Parameters
-    ----------
-    outcomes:
-        Attack outcomes (normally one threat's suite against one job).
-    threat:
-        When given, only outcomes of this threat are considered.
-
-    Returns
-    -------
-    float or None
-        The privacy score in ``[0, 1]``; ``None`` when no attack succeeded (failed attacks and
-        outcomes without a finite leakage are ignored).
-    """
-    leakages = [
-        float(o.leakage)  # type: ignore[arg-type]
-        for o in outcomes
-        if o.status == "ok" and _finite(o.leakage) and (threat is None or o.threat == threat)
-    ]
-    return 1.0 - max(leakages) if leakages else None
 
 
 def _job_privacy(result: JobResult, threat: str) -> float | None:

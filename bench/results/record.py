@@ -204,3 +204,17 @@ class JobResult:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def epsilon_basis_text(basis: dict[str, str]) -> str:
+    """A job's :attr:`JobResult.epsilon_basis` in words, e.g. ``"rdp_wor; replace one sample;
+    fixed-size without replacement"`` (the accountant's assumption added where it differs) or
+    ``"rdp; add/remove one sample; full batch, no subsampling"`` (``""`` when none was reported)."""
+    parts = [basis[k] for k in ("accountant", "relation") if basis.get(k)]
+    drawn, assumed = basis.get("sampling_scheme"), basis.get("sampling_accounted")
+    if drawn:
+        if not assumed or assumed.startswith("none"):
+            parts.append(f"{drawn}, no subsampling")
+        else:
+            parts.append(drawn + (f", accounted as {assumed}" if assumed not in drawn else ""))
+    return "; ".join(parts)
