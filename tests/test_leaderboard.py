@@ -132,7 +132,7 @@ def test_export_refuses_uncommitted_code_unless_told(tmp_path, monkeypatch, caps
     tasks = [arg for t in sorted({r.task for r in sample_results()}) for arg in ("--task", t)]
     argv = ["leaderboard", "export", "--store", store_url, "--entries", str(tmp_path / "e"), *tasks]
     state = {"commit": "c0ffee", "dirty": True}
-    monkeypatch.setattr(provenance, "git_state", lambda root=None: state)
+    monkeypatch.setattr(provenance, "git_state", lambda root=None, ignore=None: state)
     assert cli.main(argv) == 2
     assert "uncommitted changes" in capsys.readouterr().err and not (tmp_path / "e").exists()
     state["dirty"] = False

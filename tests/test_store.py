@@ -334,3 +334,25 @@ def test_an_untracked_file_makes_the_checkout_dirty(tmp_path: Path) -> None:
     assert prov.git_state(tmp_path)["dirty"] is False
     (tmp_path / "defense_not_yet_added.py").write_text("y = 2\n")  # e.g. a new defense plugin
     assert prov.git_state(tmp_path)["dirty"] is True
+
+
+def test_changes_in_an_ignored_folder_do_not_make_the_checkout_dirty(tmp_path: Path) -> None:
+    """What ``leaderboard export`` replaces (its entries folder) does not count against it."""
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (tmp_path / "entries").mkdir()
+    (tmp_path / "entries" / "a.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "c")
+    (tmp_path / "entries" / "a.json").unlink()
+    assert prov.git_state(tmp_path)["dirty"] is True
+    assert prov.git_state(tmp_path, ignore=tmp_path / "entries")["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert prov.git_state(tmp_path, ignore=tmp_path / "entries")["dirty"] is True

@@ -40,7 +40,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
             results = store.results()
         tasks = list(args.task or suite.tasks)
         if not args.allow_uncommitted:
-            _require_clean(root, [r for r in results if r.task in set(tasks)], store_url)
+            _require_clean(root, entries, [r for r in results if r.task in set(tasks)], store_url)
         out = Path(args.out) if args.out else _runs_folder(store_url, root)
         paths = files.export(results, suite.name, tasks, entries, descriptions, out)
         labels = len({r.defense for r in results if r.task in set(tasks)})
@@ -68,13 +68,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _require_clean(root: Path, results: list[Any], store_url: str) -> None:
+def _require_clean(root: Path, entries: Path, results: list[Any], store_url: str) -> None:
     """An entry is a citable record of code: ``export`` refuses a checkout with uncommitted
-    changes (its defenses' descriptions would come from unnamed code) and jobs run from one
-    (their numbers would), unless ``--allow-uncommitted``."""
+    changes outside the entries it writes (its defenses' descriptions would come from unnamed
+    code) and jobs run from one (their numbers would), unless ``--allow-uncommitted``."""
     from bench.results.provenance import git_state
 
-    if git_state(root)["dirty"]:
+    if git_state(root, ignore=entries)["dirty"]:
         raise BenchInputError(
             "leaderboard export",
             str(root),

@@ -64,7 +64,7 @@ def _git(*args: str, cwd: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
+def git_state(root: Path = REPO_ROOT, ignore: Path | None = None) -> dict[str, Any]:
     """The commit and dirtiness of the repository that holds this package.
 
     Parameters
@@ -73,6 +73,9 @@ def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
         The repository root expected to hold ``bench`` (the folder above the package). When
         git is missing or ``root`` is not the top of a git work tree (an installed package),
         the commit is ``"unknown"``.
+    ignore:
+        A folder inside ``root`` whose changes do not count (what is being written: the
+        leaderboard entries an export replaces).
 
     Returns
     -------
@@ -90,8 +93,21 @@ def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
     if not commit:
         return unknown
     # untracked files count: a new defense plugin or task not yet committed changes results
-    status = _git("status", "--porcelain", "--untracked-files=normal", cwd=root)
+    spec = (
+        ["--", ".", f":(exclude){ignore.resolve().relative_to(root.resolve())}"]
+        if _inside(ignore, root)
+        else []
+    )
+    status = _git("status", "--porcelain", "--untracked-files=normal", *spec, cwd=root)
     return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def _inside(path: Path | None, root: Path) -> bool:
+    return (
+        path is not None
+        and path.resolve() != root.resolve()
+        and path.resolve().is_relative_to(root.resolve())
+    )
 
 
 def _version(dist: str) -> str | None:
