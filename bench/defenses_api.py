@@ -59,11 +59,22 @@ class Defense(DefenseHooks):
         honest-but-curious servers, users, neighbours and eavesdroppers). On a track of another
         threat model (e.g. ``active``, a deviating coalition) it is still evaluated and shown,
         but not ranked: a defense is judged against the adversaries it claims to stop.
+    source:
+        Where the defense comes from: a key of ``bench.defense_source.PAPERS`` (the paper it
+        implements), or ``"original"`` for a defense new in this benchmark. The default,
+        ``"undeclared"``, is refused by ``leaderboard export`` and ``leaderboard validate``.
+    summary:
+        What the defense does and against which adversary, in one to three plain-text sentences
+        (no reST or Markdown markup): the description of its leaderboard entries.
     """
 
     protocols: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
     threats: ClassVar[tuple[str, ...]] = PASSIVE_THREATS
+    #: a key of ``bench.defense_source.PAPERS``, or ``"original"`` (``"undeclared"``: not declared)
+    source: ClassVar[str] = "undeclared"
+    #: plain-text summary, whole sentences (shown as the description of the defense's entries)
+    summary: ClassVar[str] = ""
 
     run: RunInfo
     #: the constructor's arguments as given, by name (what :func:`bench.evaluate_defense` runs again

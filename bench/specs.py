@@ -12,7 +12,7 @@ import json
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bench.errors import BenchInputError, closest_name, did_you_mean
 from bench.simulation.config import ParamValue, SimulationConfig
@@ -64,8 +64,56 @@ class UtilitySpec(_Strict):
         description="Key of the evaluation on the held-out split: `val_acc` (the average model's "
         "accuracy), `val_local_acc` (the local models' mean accuracy) or `val_loss`.",
     )
-    floor: float | None = Field(None, description="Utility an entry must keep to be ranked (null: no floor).")
+    floor: float | None = Field(
+        None,
+        description="Absolute utility an entry must keep to be ranked (null: no absolute floor; see "
+        "`floor_fraction`).",
+    )
     higher_is_better: bool = Field(True, description="Whether larger values of the metric are better.")
+    reference: Literal["central"] | None = Field(
+        None,
+        description="`central`: the undefended job also trains the model centrally on the pooled data "
+        "of every node with the same budget (the reference utility U_ref); null: no reference "
+        "(then the track is attack-only and `attack_only` says why).",
+    )
+    ranked_fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="The track is ranked only where the undefended run reaches this fraction of the "
+        "reference (U_none / U_ref, or U_ref / U_none for a lower-is-better metric).",
+    )
+    floor_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="An entry must keep this fraction of the reference to be ranked (floor = "
+        "fraction · U_ref; U_ref / fraction for a lower-is-better metric).",
+    )
+    attack_only: str | None = Field(
+        None,
+        min_length=1,
+        description="Why the task's tracks are shown but not ranked (its point is the attack, e.g. a "
+        "source setting in which the undefended run does not learn).",
+    )
+
+    @model_validator(mode="after")
+    def _reference_or_reason(self) -> UtilitySpec:
+        if self.reference is not None and self.attack_only is not None:
+            raise ValueError("a task declares either `reference` or `attack_only`, not both")
+        if self.floor_fraction is not None and self.reference is None:
+            raise ValueError("`floor_fraction` needs `reference: central`")
+        return self
+
+    def rule(self) -> dict[str, Any]:
+        """What decides whether the task's tracks are ranked, as each job records it."""
+        return {
+            "reference": self.reference,
+            "ranked_fraction": self.ranked_fraction,
+            "floor_fraction": self.floor_fraction,
+            "attack_only": self.attack_only,
+            "higher_is_better": self.higher_is_better,
+        }
 
 
 class TaskSpec(_Strict):

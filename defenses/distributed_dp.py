@@ -52,6 +52,14 @@ class DistributedDP(PerSampleDP):
     Parameters as for ``dp_sgd``.
     """
 
+    source = "pasquini2023"
+    summary = (
+        "Every node runs DP-SGD but adds only its share of the Gaussian noise, so that the shares "
+        "of the participants of an aggregation add up to the noise of one central DP-SGD step. It "
+        "gives sample-level differential privacy at a reduced noise multiplier against whoever "
+        "receives a node's individual messages, and the full guarantee against an observer of "
+        "aggregates only."
+    )
     examples: ClassVar = ({"noise_multiplier": 2.0, "clip_norm": 1.0},)
     TAG = "distributed_dp"
     GUARANTEE = (

@@ -55,6 +55,13 @@ class DPFedAvg(DPDefense):
         As for ``dp_sgd`` (ε, δ at the user level; δ default 1e-5).
     """
 
+    source = "mcmahan2018"
+    summary = (
+        "Each sampled client's update is clipped to a norm bound and the server adds Gaussian noise"
+        " to the average of the clipped updates. It gives user-level differential privacy for the "
+        "global models against the other clients and any observer of the broadcast model, but not "
+        "against the server."
+    )
     protocols: ClassVar[tuple[str, ...]] = ("fedsgd", "fedavg")
     #: the server adds the noise after it received the clipped updates: its guarantee covers
     #: what it broadcasts, so the users who receive the global models, not the server or an

@@ -57,6 +57,13 @@ class DPSGD(PerSampleDP):
         ``"rdp"`` or ``"prv"`` (Opacus).
     """
 
+    source = "abadi2016"
+    summary = (
+        "Every node clips each per-sample gradient to a norm bound and adds Gaussian noise in each "
+        "of its local steps, with privacy accounting by Opacus. It gives each node sample-level "
+        "local differential privacy against any observer of what it sends: the server, neighbours, "
+        "eavesdroppers and their coalitions."
+    )
     #: local DP of everything the node sends holds whatever its neighbours do
     threats = ALL_THREATS
     examples: ClassVar = (

@@ -29,6 +29,13 @@ class EarlyStoppingDefense(Defense):
         Minimum improvement that resets the patience.
     """
 
+    source = "pasquini2023"
+    summary = (
+        "Training stops after a fixed budget of rounds or when the validation accuracy stops "
+        "improving, so an observer sees fewer rounds and less converged models. It gives no formal "
+        "guarantee and is aimed at passive observers of the training: the server, users, neighbours"
+        " and eavesdroppers."
+    )
     examples = ({"max_rounds": 5},)
 
     def __init__(

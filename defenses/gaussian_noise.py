@@ -39,6 +39,12 @@ class GaussianNoise(Defense):
         Message kinds to perturb (default: every kind the protocol's nodes send).
     """
 
+    source = "cyffers2022"
+    summary = (
+        "Every message a node sends gets fresh Gaussian noise, without clipping. It is aimed at "
+        "passive observers of messages (the server, neighbours and eavesdroppers) but gives no "
+        "differential privacy guarantee, since the sensitivity is unbounded."
+    )
     examples = ({"sigma": 0.1}, {"sigma": 1.0})
 
     def __init__(self, sigma: float = 0.1, kinds: list[str] | None = None) -> None:

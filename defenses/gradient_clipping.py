@@ -59,6 +59,12 @@ class GradientClipping(RowwiseDefense):
         With ``on=messages``: the message kinds clipped (default: all the nodes send).
     """
 
+    source = "abadi2016"
+    summary = (
+        "Each node's gradient, or each sample's gradient, is scaled down to a norm bound, without "
+        "added noise. It is the clipping step of DP-SGD on its own and gives no privacy guarantee "
+        "against the server, neighbours or eavesdroppers."
+    )
     examples = (
         {"max_norm": 0.05},
         {"max_norm": 0.05, "per_sample": True},

@@ -29,6 +29,13 @@ class InexactUpdate(Defense):
         Inner step size.
     """
 
+    source = "yu2023"
+    summary = (
+        "PDMM's exact local solve is replaced by a fixed number of inner gradient steps, so that "
+        "its messages no longer reveal gradients in closed form. It is aimed at passive neighbours "
+        "and eavesdroppers of PDMM, whose attacks assume exact updates; the weights themselves stay"
+        " exactly recoverable."
+    )
     protocols = ("pdmm",)
     examples = ({"k_max": 5},)
 

@@ -41,6 +41,12 @@ class Muffliato(Defense):
         Rényi order of the reported losses (> 1).
     """
 
+    source = "cyffers2022"
+    summary = (
+        "Each node adds Gaussian noise once to its private value before gossip averaging, and the "
+        "gossip then spreads and dilutes that noise. It gives pairwise network differential privacy"
+        " against the other nodes, stronger the farther apart they are in the graph."
+    )
     protocols: ClassVar[tuple[str, ...]] = ("gossip_averaging",)
     examples = ({"sigma": 0.1},)
 

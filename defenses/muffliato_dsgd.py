@@ -53,6 +53,13 @@ class MuffliatoDSGD(Defense):
         ``δ`` of the reported ``(ε, δ)`` bound (in ``(0, 1)``; default 1e-5).
     """
 
+    source = "cyffers2022"
+    summary = (
+        "Decentralized SGD in which each node clips its gradient and adds Gaussian noise to its "
+        "local step once per round, before gossip. It gives local differential privacy against "
+        "every other node and eavesdropper, and pairwise network differential privacy in the first "
+        "round."
+    )
     protocols: ClassVar[tuple[str, ...]] = ("dpsgd",)
     examples = ({"noise_multiplier": 1.0, "clip_norm": 1.0},)
 

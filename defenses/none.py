@@ -15,6 +15,11 @@ class NoDefense(Defense):
     """No defense. Every track's ranking shows the undefended baseline next to the defenses;
     it applies to every protocol (the one defense allowed to change nothing)."""
 
+    source = "original"
+    summary = (
+        "No defense: every hook is the identity. It is the undefended baseline shown next to the "
+        "defenses on every track."
+    )
     examples = ()
     threats = ALL_THREATS  # the baseline of every track
 

@@ -35,6 +35,12 @@ class Quantization(Defense):
         Message kinds quantized (default: every kind the protocol's nodes send).
     """
 
+    source = "yu2023"
+    summary = (
+        "Every transmitted coordinate is rounded to a uniform grid, with or without subtractive "
+        "dither. It is aimed at passive observers of messages; on PDMM a fixed cell width puts a "
+        "floor under the error of the gradient reconstruction attacks."
+    )
     examples = ({"delta": 0.01}, {"delta": 0.05, "dithered": True})
 
     def __init__(self, delta: float = 0.01, dithered: bool = False, kinds: list[str] | None = None) -> None:

@@ -59,6 +59,12 @@ class SelfCenteredClipping(Defense):
         With ``tau="adaptive"``: how many of each node's farthest neighbours are clipped.
     """
 
+    source = "he2022"
+    summary = (
+        "Self-centered clipping: each node clips the difference between a neighbour's model and its"
+        " own to a radius before gossip averaging. It is a robust aggregation defense against "
+        "active neighbours that deviate from the protocol, and it changes no transmitted message."
+    )
     protocols = ("dpsgd", "gossip_averaging")
     threats = ALL_THREATS  # robust aggregation is aimed at deviating neighbours
     examples = ({"tau": 0.1}, {"tau": "adaptive"})

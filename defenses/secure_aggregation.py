@@ -98,6 +98,13 @@ class SecureAggregation(Defense):
         ``"error"`` (the run fails) or ``"abort_round"`` (that aggregation is skipped).
     """
 
+    source = "bonawitz2017"
+    summary = (
+        "Each aggregated message is masked with pairwise and self masks so that its receiver can "
+        "unmask only the sum over the group, with dropout recovery by secret sharing. It hides "
+        "individual messages from the server, receivers and eavesdroppers, who learn only the "
+        "aggregate."
+    )
     protocols = FEDERATED + GOSSIP
     examples = (
         {},

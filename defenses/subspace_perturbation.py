@@ -27,6 +27,13 @@ class SubspacePerturbation(Defense):
         σ_z² (≥ 0).
     """
 
+    source = "li2020"
+    summary = (
+        "PDMM's initial auxiliary variables are drawn with a chosen variance, and their component "
+        "that never converges masks individual gradients at no cost in accuracy. It is aimed at "
+        "passive neighbours and eavesdroppers of PDMM; gradient differences and sums of honest "
+        "components stay exposed."
+    )
     protocols = ("pdmm",)
     examples = ({"variance": 100.0},)
 

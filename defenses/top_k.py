@@ -62,6 +62,13 @@ class TopK(RowwiseDefense):
         DGC's residual accumulation (``on`` = ``gradients`` or ``update`` only).
     """
 
+    source = "zhu2019"
+    summary = (
+        "Each node keeps only the k largest-magnitude coordinates of its gradient, update or "
+        "messages and sets the rest to zero, optionally carrying the pruned part over. It is the "
+        "gradient pruning defense of Deep Leakage from Gradients, aimed at passive observers such "
+        "as the server, and gives no formal guarantee."
+    )
     examples = ({"fraction": 0.5}, {"k": 1, "on": "messages"}, {"k": 1, "on": "update", "accumulate": True})
 
     def __init__(

@@ -37,6 +37,7 @@ PRESENTATION = (
     "results",
     "data/cli.py",
     "spec_reference.py",
+    "defense_source.py",
 )
 
 

@@ -125,6 +125,7 @@ def run_job(
         "utility_floor": task.utility.floor,
     }
     prov = {
+        "utility_rule": task.utility.rule(),
         **provenance(job.key, spec.seed, "cpu"),
         "version": job.version,
         "code": job.code,
@@ -197,6 +198,10 @@ def run_job(
             "rounds": float(int(sim.get("rounds", 0))),
             "evaluations": float(int(sim.get("evaluations", 0))),
         }
+        if spec.defense.name == REFERENCE_DEFENSE and task.utility.reference == "central":
+            found = scorer.reference(task.utility.metric, task.utility.higher_is_better)
+            if found is not None:
+                metrics["utility_reference"], metrics["utility_reference_lr"] = found
         views = sim.get("views") or {}
         grid = None if out_dir is None else out_dir / "reconstructions" / job.key
         outcomes: list[AttackOutcome] = []
@@ -247,6 +252,10 @@ def run_job(
             provenance={**prov, "traceback": detail},
         )
 
+
+#: the defense whose jobs also compute the task's central reference utility
+#: (:meth:`~bench.runner.truth.Scorer.reference`): the undefended run, once per seed
+REFERENCE_DEFENSE = "none"
 
 #: the share of send-side hook calls whose row-locality a job checks beyond each hook's first
 #: call (drawn from OS entropy)

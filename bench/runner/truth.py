@@ -141,6 +141,29 @@ class Scorer:
         metrics["consensus"] = float(consensus_distance(theta))
         return metrics
 
+    def pooled_train(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``D = ∪_v D_v``: every node's training samples, node-major."""
+        nd = self.data.node_data
+        valid = torch.arange(nd.max_local)[None, :] < nd.counts[:, None]
+        return nd.x[valid], nd.y[valid]
+
+    def reference(self, metric: str, higher_is_better: bool) -> tuple[float, float] | None:
+        """The task's central reference utility and its learning rate
+        (:func:`bench.simulation.reference.central_reference`: the model trained on the pooled
+        data from the run's ``Θ⁰`` for the run's step budget), or ``None`` for gossip averaging
+        (no model)."""
+        from bench.simulation.reference import CentralData, central_reference, step_budget
+
+        if self.values_only:
+            return None
+        x, y = self.pooled_train()
+        test = self.data.test_set
+        dtype = DTYPES[self.cfg.dtype]
+        data = CentralData(x.to(dtype), y, test.x.to(dtype), test.y)
+        steps = step_budget(self.cfg.rounds, self.plan or BatchPlan(), self.data.node_data.max_local)
+        loss = LOSSES.get(self.loss_name, field="loss")
+        return central_reference(self.flat, loss, data, self.cfg.seed, steps, metric, higher_is_better)
+
     def series(self, snapshots: dict[int, dict[str, Any]]) -> dict[str, float]:
         """Per-round series from the states the simulation kept (``round -> {"theta", "global"?}``),
         computed here: ``g_err@t = acc(X, Θ̄^t) − acc(O, Θ̄^t)`` (Pasquini et al. 2023, Eq. 3: ``X``
@@ -150,9 +173,7 @@ class Scorer:
         out: dict[str, float] = {}
         if not snapshots or self.data.train_set.n_classes == 0 or self.values_only:
             return out
-        nd = self.data.node_data
-        valid = torch.arange(nd.max_local)[None, :] < nd.counts[:, None]
-        train_x, train_y = nd.x[valid], nd.y[valid]
+        train_x, train_y = self.pooled_train()
         test = self.data.test_set
         loss = LOSSES.get(self.loss_name, field="loss")
         dtype = DTYPES[self.cfg.dtype]
