@@ -15,11 +15,14 @@ the store and are listed by :func:`superseded_versions`.
   ``ok``); ``privacy_std``/``utility_std`` are *sample* standard deviations (``ddof=1``), NaN
   for a single seed. Failed jobs are counted in ``failed`` and excluded from every mean; the
   reason of the most recent one is ``last_failure``.
-- **Ranking** per track: among entries with at least one successful seed, a privacy score and
-  ``utility_mean ≥ utility_floor`` (or no floor), and no job refused by the channel audit
-  (:mod:`bench.runner.audit`), by ``privacy_mean`` descending, ties broken by
-  ``utility_mean`` descending, then by label (so ranks are ``1..k``, deterministic). Other
-  entries are listed with rank ``<NA>``.
+- **Ranking** per track: only on a track whose gate is ``ranked`` (:mod:`bench.results.reference`:
+  not attack-only, and the undefended run reaches its stated fraction of the task's central
+  reference utility), among entries with at least one successful seed, a privacy score, a
+  utility that keeps the track's floor (``utility_mean ≥ floor``, ``≤`` for a lower-is-better
+  metric; the floor is a fraction of the reference where the task declares one), and no job
+  refused by the channel audit (:mod:`bench.runner.audit`), by ``privacy_mean`` descending,
+  ties broken by utility (better first), then by label (so ranks are ``1..k``,
+  deterministic). Other entries are listed with rank ``<NA>``.
 - The **Pareto front** of a track: the entries not dominated in ``(privacy_mean,
   utility_mean)``, whether or not they keep the floor.
 """
@@ -36,6 +39,7 @@ import pandas as pd
 from bench.results.privacy import finite as _finite
 from bench.results.privacy import privacy_score
 from bench.results.record import JobResult, epsilon_basis_text, track_id
+from bench.results.reference import RANKED, apply_gates
 from bench.results.versions import split_versions, superseded_versions
 
 __all__ = [
@@ -146,10 +150,6 @@ def _task_threats(results: list[JobResult]) -> dict[str, list[str]]:
         threats[r.task].update(a.threat for a in r.attacks)
         threats[r.task].update(r.privacy)
     return {task: sorted(t) or [NO_THREAT] for task, t in threats.items()}
-
-
-#: the defense label whose utility is the undefended baseline of a track
-BASELINE_DEFENSE = "none"
 
 
 def entry_table(results: list[JobResult]) -> pd.DataFrame:
@@ -306,12 +306,12 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         "runtime_mean",
     ):
         df[col] = df[col].astype("float64")
-    floor = df["utility_floor"]
-    df["above_floor"] = (floor.isna() | (df["utility_mean"] >= floor)).astype(bool)
+    apply_gates(df, results)
     df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
     for _, group in df.groupby("track", sort=False):
         eligible = group[
             group["above_floor"]
+            & (group["track_status"] == RANKED)
             & group["claimed"]
             & ~group["refused"]
             & (group["seeds"] >= 1)
@@ -321,15 +321,12 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             eligible.index,
             key=lambda i: (
                 -round(float(df.at[i, "privacy_mean"]), _TIE_DECIMALS),
-                -_nan_low(df.at[i, "utility_mean"]),
+                -_nan_low(df.at[i, "utility_mean"], bool(df.at[i, "higher_is_better"])),
                 str(df.at[i, "defense"]),
             ),
         )
         for rank, i in enumerate(order, start=1):
             df.at[i, "rank"] = rank
-    # the undefended baseline's utility, shown beside every entry of its track
-    base = df[df["defense"] == BASELINE_DEFENSE].set_index("track")["utility_mean"]
-    df["baseline_utility"] = df["track"].map(base).astype("float64")
     df = df.sort_values(["track", "defense"], kind="stable").reset_index(drop=True)
     df.attrs["track_attacks"] = {t: sorted(s) for t, s in sorted(suites.items())}
     df.attrs["superseded"] = len(old)
@@ -344,10 +341,11 @@ def worst_attack(mean_leakage: dict[str, float]) -> str:
     return max(sorted(finite), key=lambda a: finite[a]) if finite else ""
 
 
-def _nan_low(x: object) -> float:
-    """A sort value for descending order in which NaN comes last."""
+def _nan_low(x: object, higher_is_better: bool = True) -> float:
+    """A sort value for descending order (of ``x``, or of ``−x`` when lower is better) in which
+    NaN comes last."""
     v = float(x)  # type: ignore[arg-type]
-    return -math.inf if math.isnan(v) else round(v, _TIE_DECIMALS)
+    return -math.inf if math.isnan(v) else round(v if higher_is_better else -v, _TIE_DECIMALS)
 
 
 def track_attacks(df: pd.DataFrame, track: str | None = None) -> list[str]:

@@ -18,6 +18,7 @@ HOSTILE_DESCRIPTION = "<script>window.__pwned = 2</script> a defense"
 HOSTILE_PAPER = "javascript:window.__pwned=3"
 HOSTILE_PARAM = '"><svg onload="window.__pwned=4">'
 HOSTILE_CLAIM = '<img src=x onerror="window.__pwned=5">'
+HOSTILE_MACHINE = '<img src=x onerror="window.__pwned=6">'
 
 
 def claims_report() -> dict:
@@ -50,7 +51,21 @@ def hostile_entry_text() -> str:
     data["defense"]["name"] = "hostile"
     data["defense"]["label"] = HOSTILE_LABEL
     data["defense"]["description"] = HOSTILE_DESCRIPTION
-    data["defense"]["paper"] = HOSTILE_PAPER
+    data["defense"].pop("paper", None)  # entries exported before sources were declared
+    data["defense"]["source"] = {  # a paper record whose strings and link are hostile
+        "title": HOSTILE_PAPER,
+        "authors": HOSTILE_LABEL,
+        "venue": HOSTILE_PARAM,
+        "year": 2024,
+        "url": HOSTILE_PAPER,
+    }
+    data["verification"] = {
+        "status": "verified",
+        "details": HOSTILE_CLAIM,
+        "commit": HOSTILE_PARAM,
+        "machine": HOSTILE_MACHINE,
+        "check": HOSTILE_LABEL,
+    }
     data["defense"]["params"] = {"x": HOSTILE_PARAM}
     return json.dumps(data)
 

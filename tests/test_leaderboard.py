@@ -73,10 +73,17 @@ def test_cli_export_validate_build(tmp_path):
         *tasks,
     )
     assert out.returncode == 0, out.stderr
-    assert run("validate", "--entries", str(entries)).returncode == 0
+    # the sample defenses but ``none`` are no plugins: no declared source, accepted for a local look
+    undeclared = run("validate", "--entries", str(entries))
+    assert undeclared.returncode == 2 and "defense prune: no source declared" in undeclared.stderr
+    assert "defense none" not in undeclared.stderr  # the plugin's declaration, read on export
+    assert run("validate", "--entries", str(entries), "--allow-uncommitted").returncode == 0
     paths = sorted((entries / "quick").glob("*.json"))
     assert run("build", "--entries", str(entries), "--site", str(site)).returncode == 0
     first = (site / "index.html").read_text()
+    pages = {p.stem: p.read_text() for p in (site / "entries").rglob("*.html")}
+    assert "Source: not declared." in pages["prune"] and "Not verified." in pages["prune"]
+    assert "Source: original (new in this entry)." in pages["none"]
     assert run("build", "--entries", str(entries), "--site", str(site)).returncode == 0
     assert (site / "index.html").read_text() == first
     assert str(tmp_path) not in first  # no local paths on the page
@@ -133,6 +140,9 @@ def test_export_refuses_uncommitted_code_unless_told(tmp_path, monkeypatch, caps
     argv = ["leaderboard", "export", "--store", store_url, "--entries", str(tmp_path / "e"), *tasks]
     state = {"commit": "c0ffee", "dirty": True}
     monkeypatch.setattr(provenance, "git_state", lambda root=None, ignore=None: state)
+    declared = {"source": "original", "summary": "A sample defense. It is made up."}
+    names = {r.defense_name for r in sample_results()}
+    monkeypatch.setattr(files, "declared_isolated", lambda root: dict.fromkeys(names, declared))
     assert cli.main(argv) == 2
     assert "uncommitted changes" in capsys.readouterr().err and not (tmp_path / "e").exists()
     state["dirty"] = False

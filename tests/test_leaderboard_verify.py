@@ -19,6 +19,7 @@ from bench.leaderboard.files import entry_text, jobs_of, load_entry
 from bench.leaderboard.verify import chosen_jobs, compare_jobs, same_hardware, same_jobs, same_results
 
 TASKS = ("gaussians_logreg_fedsgd", "digits_mlp_fedsgd")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
@@ -110,11 +111,21 @@ def test_an_entry_of_other_code_is_stale(entry_file: Path, tmp_path: Path) -> No
 
 
 def test_record_writes_the_status(entry_file: Path, tmp_path: Path) -> None:
+    """``--record`` names the check, the commit it ran (``+uncommitted`` from a checkout with
+    uncommitted changes, which only ``--allow-uncommitted`` accepts) and the machine."""
+    from bench.results.provenance import git_state
+
     target = copy_to(tmp_path, entry_file.read_text(), entry_file)
-    assert bench("leaderboard", "verify", "--entry", str(target), "--record").returncode == 0
+    args = ("leaderboard", "verify", "--entry", str(target), "--record", "--allow-uncommitted")
+    out = bench(*args)
+    assert out.returncode == 0, out.stdout + out.stderr
     data = json.loads(target.read_text())
-    assert data["verification"]["status"] == "verified"
-    assert all(t in data["verification"]["details"] for t in TASKS)
+    v = data["verification"]
+    assert v["status"] == "verified" and v["check"] == "python -m bench leaderboard verify"
+    assert all(t in v["details"] for t in TASKS)
+    state = git_state(ROOT, ignore=ROOT / "leaderboard" / "entries")
+    assert v["commit"] == state["commit"] + ("+uncommitted" if state["dirty"] is not False else "")
+    assert v["machine"].startswith(data["hardware"]["machine"]) and data["hardware"]["cpu"] in v["machine"]
     assert bench("leaderboard", "validate", "--entry", str(target)).returncode == 0
 
 
@@ -144,6 +155,12 @@ def test_compare_jobs_names_every_differing_number(entry_file: Path) -> None:
     assert compare_jobs(job, other, tolerance=1e-2) == []
     other.status = "failed"
     assert any("status stated ok, re-run failed" in x for x in compare_jobs(job, other))
+    # the undefended job's central reference and the task's ranking rule are re-derived too
+    stated = job.model_copy(update={"utility_reference": 0.9, "utility_rule": {"reference": "central"}})
+    again = stated.model_copy(update={"utility_reference": 0.8})
+    assert [x for x in compare_jobs(stated, again) if "utility_reference stated 0.9, re-run 0.8" in x]
+    again = stated.model_copy(update={"utility_rule": {"reference": None}})
+    assert [x for x in compare_jobs(stated, again) if "utility rule stated" in x]
 
 
 def test_bad_options_are_input_errors(tmp_path: Path) -> None:
@@ -214,10 +231,13 @@ def test_a_rerun_on_another_kind_of_machine_keeps_the_entry(entry_file: Path, tm
     entry = load_entry(entry_file)
     assert {"cpu", "isa", "torch"} <= set(entry.hardware)  # recorded by the run
     tasks = sorted({j.task for j in entry.jobs})
-    descriptions = {entry.defense.name: entry.defense.description}
+    source = entry.defense.source
+    source = source if isinstance(source, str) else source.model_dump()
+    declared = {entry.defense.name: {"source": source, "summary": entry.defense.description}}
+    assert source != "undeclared" and entry.defense.description  # gaussian_noise declares both
 
     def export(results: list) -> list[Path]:
-        return files.export(results, entry.suite.name, tasks, entries, descriptions)
+        return files.export(results, entry.suite.name, tasks, entries, declared)
 
     assert export(rerun(entry)) == []  # reproduced: left as it is
     assert export(rerun(entry, "Another CPU", shift=0.25)) == []  # rounding elsewhere: left

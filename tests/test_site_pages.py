@@ -15,6 +15,7 @@ from site_fixtures import (
     HOSTILE_CLAIM,
     HOSTILE_DESCRIPTION,
     HOSTILE_LABEL,
+    HOSTILE_MACHINE,
     HOSTILE_PAPER,
     build_site,
 )
@@ -127,6 +128,8 @@ def test_hostile_entry_strings_are_inert(site: Path) -> None:
     text = hostile.read_text()
     assert "&lt;script&gt;window.__pwned = 2&lt;/script&gt;" in text and HOSTILE_DESCRIPTION not in text
     assert HOSTILE_PAPER in text  # shown as text, not as a link
+    assert "Source: &lt;img" in text and "Verified by <code>&lt;img" in text
+    assert HOSTILE_MACHINE not in text and "on &lt;img src=x onerror=" in text
 
 
 def test_plots_are_deterministic_and_escape_labels() -> None:

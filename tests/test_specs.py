@@ -49,7 +49,15 @@ def test_hint_only_from_the_model_that_was_validated():
 
 def test_fields_at_walks_lists_and_optionals_and_stops_at_free_form_mappings():
     assert fields_at(TaskSpec, ("threats", 0, "attacks", 3)) == ["name", "params"]
-    assert fields_at(TaskSpec, ("utility",)) == ["metric", "floor", "higher_is_better"]
+    assert fields_at(TaskSpec, ("utility",)) == [
+        "metric",
+        "floor",
+        "higher_is_better",
+        "reference",
+        "ranked_fraction",
+        "floor_fraction",
+        "attack_only",
+    ]
     assert fields_at(TaskSpec, ("threats", 0, "params")) is None
     assert fields_at(TaskSpec, ("nothing",)) is None
 

@@ -58,6 +58,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     import os
 
     from bench.catalog import Catalog, bench_root
+    from bench.results.reference import RANKED
     from bench.results.store import ResultStore
     from bench.runner.grid import SweepInterrupted, expand_grid, plan_jobs, run_grid
     from bench.runner.validate import Collector, validate_tasks, writable_folder
@@ -168,10 +169,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         metric = table["utility_metric"].iloc[0] if len(table) else "utility"
         note = f" (undefended {metric}: {baseline:.3f})" if baseline == baseline else ""
         print(f"\n== {track}{note} ==")
+        status = table["track_status"].iloc[0] if len(table) else RANKED
+        if status != RANKED:
+            print(f"not ranked ({status}): {table['track_note'].iloc[0]}")
         print(format_table(table))
     superseded = df.attrs.get("superseded", 0)
     if superseded:
         print(f"\n{superseded} stored jobs of older code or task versions are not shown (see the page)")
+    from bench.leaderboard.declared import declared_for_page
     from bench.leaderboard.files import build_entries
     from bench.leaderboard.gallery import worst_grids
     from bench.site.mia_figure import membership_figures
@@ -187,10 +192,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         },
         superseded_versions(results),
         track_figures(results, by_name),
-        entries=build_entries(results, suite.name, tasks, {}),
+        entries=build_entries(results, suite.name, tasks, declared_for_page(root)),  # read in a child
         tasks=by_name,
         images=worst_grids(results, out),
         membership=membership_figures(results),
+        order=list(suite.tasks),
     )
     failed = sum(r.status == "failed" for r in results)
     print(f"\n{ran} jobs run, {skipped} already in the store, {failed} failed; {wall:.1f} s")

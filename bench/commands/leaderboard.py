@@ -28,13 +28,6 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.action == "export":
         catalog = Catalog(root)
         suite = catalog.suite(args.suite)
-        from bench.defenses_api import DEFENSES, load_all_defenses
-
-        load_all_defenses(root)
-        descriptions = {
-            n: " ".join((DEFENSES.get(n).__doc__ or "").strip().split("\n\n")[0].split())
-            for n in DEFENSES.names()
-        }
         store_url = args.store or str(root / "runs" / "results.sqlite")
         with ResultStore(store_url) as store:
             results = store.results()
@@ -42,7 +35,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         if not args.allow_uncommitted:
             _require_clean(root, entries, [r for r in results if r.task in set(tasks)], store_url)
         out = Path(args.out) if args.out else _runs_folder(store_url, root)
-        paths = files.export(results, suite.name, tasks, entries, descriptions, out)
+        declarations = files.declared_isolated(root)  # plugin code runs in a sandboxed child only
+        strict = not args.allow_uncommitted
+        paths = files.export(results, suite.name, tasks, entries, declarations, out, require_declared=strict)
         labels = len({r.defense for r in results if r.task in set(tasks)})
         kept = labels - len(paths)
         note = f", {kept} unchanged (their results reproduced)" if kept > 0 else ""
@@ -50,11 +45,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         return 0
     paths = _selected(args, entries, root)
     if args.action == "validate":
-        checked = files.validate(paths)
+        checked = files.validate(paths, require_declared=not args.allow_uncommitted)
         print(f"{len(checked)} entries valid: schema and recomputed numbers agree")
         return 0
     if args.action == "verify":
-        return _verify(args, paths, root)
+        return _verify(args, paths, root, entries)
     catalog = Catalog(root)
     tasks = {n: catalog.task(n) for n in catalog.task_names()}
     site = Path(args.site) if args.site else root / "leaderboard" / "site"
@@ -63,15 +58,16 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         raise BenchInputError(
             "--claims", args.claims, reason="no such file (write it with python -m bench reproduce --json)"
         )
-    page = files.build(paths, site, tasks, claims if claims.is_file() else None)
+    order = [t for s in catalog.suites().values() for t in s.tasks]  # the suites' headline order
+    page = files.build(paths, site, tasks, claims if claims.is_file() else None, order)
     print(f"page: {page}")
     return 0
 
 
 def _require_clean(root: Path, entries: Path, results: list[Any], store_url: str) -> None:
     """An entry is a citable record of code: ``export`` refuses a checkout with uncommitted
-    changes outside the entries it writes (its defenses' descriptions would come from unnamed
-    code) and jobs run from one (their numbers would), unless ``--allow-uncommitted``."""
+    changes outside the entries it writes (its defenses' declared sources and summaries would
+    come from unnamed code) and jobs run from one (their numbers would), unless ``--allow-uncommitted``."""
     from bench.results.provenance import git_state
 
     if git_state(root, ignore=entries)["dirty"]:
@@ -112,7 +108,7 @@ def _selected(args: argparse.Namespace, entries: Path, root: Path) -> list[Path]
     return files.entry_paths(entries)
 
 
-def _verify(args: argparse.Namespace, paths: list[Path], root: Path) -> int:
+def _verify(args: argparse.Namespace, paths: list[Path], root: Path, entries: Path) -> int:
     from bench.leaderboard import files
     from bench.leaderboard.verify import verify_entry
 
@@ -121,6 +117,8 @@ def _verify(args: argparse.Namespace, paths: list[Path], root: Path) -> int:
     cores = os.cpu_count() or 1
     if not 0 < args.jobs <= 4 * cores:
         raise BenchInputError("--jobs", args.jobs, reason=f"must be an integer in 1 .. {4 * cores}")
+    if args.record:  # refused before any job runs
+        files.verification_commit(root, entries, args.allow_uncommitted)
     checked = files.validate(paths)
     failed = 0
     for path, entry in zip(paths, checked, strict=True):
@@ -135,7 +133,7 @@ def _verify(args: argparse.Namespace, paths: list[Path], root: Path) -> int:
         if report.ok:
             print(f"verified  {path.name}: {len(report.rerun)} jobs re-run and reproduced ({runs})")
             if args.record:
-                files.record_verification(path, entry, report)
+                files.record_verification(path, entry, report, root, entries, args.allow_uncommitted)
             continue
         failed += 1
         print(f"MISMATCH  {path.name}:" if report.mismatches else f"STALE     {path.name}:")
@@ -168,7 +166,9 @@ def add_parser(sub: Any) -> None:
         "--allow-uncommitted",
         action="store_true",
         help="export: from a checkout with uncommitted changes, or jobs run from one (entries say "
-        "bench.dirty: true; not for committed entries)",
+        "bench.dirty: true), or of defenses that declare no source or no plain summary; validate: "
+        "accept such entries; verify --record: from a checkout with uncommitted changes (the commit "
+        "is recorded as <sha>+uncommitted). Not for committed entries",
     )
     p.add_argument(
         "--entry", action="append", help="validate/verify/build: only this entry file (repeatable)"

@@ -14,6 +14,7 @@ import pandas as pd
 
 from bench.leaderboard.entry import AttackSummary, JobSummary, TrackSummary
 from bench.results.record import AttackOutcome, JobResult
+from bench.results.reference import REFERENCE_METRIC
 from bench.scoring import EPSILON_LB_METRIC, LEAKAGE_PREFIX, entry_table
 
 #: attack metric keys an entry keeps: the ε lower bound, the per-victim flags of the graph
@@ -51,6 +52,9 @@ def summarize(r: JobResult) -> JobSummary:
         utility_metric=r.utility_metric,
         utility=_num(r.utility),
         utility_floor=_num(r.utility_floor),
+        utility_reference=_num(r.metrics.get(REFERENCE_METRIC)),
+        utility_reference_lr=_num(r.metrics.get(REFERENCE_METRIC + "_lr")),
+        utility_rule=r.provenance.get("utility_rule"),
         privacy={k: float(v) for k, v in r.privacy.items()},
         attacks=[
             AttackSummary(
@@ -84,6 +88,13 @@ def restore(j: JobSummary, label: str, name: str, params: dict[str, Any]) -> Job
         provenance["claims"] = list(j.claims)
     if j.threads is not None:
         provenance["threads"] = j.threads
+    if j.utility_rule is not None:
+        provenance["utility_rule"] = dict(j.utility_rule)
+    metrics = dict(j.series)
+    if j.utility_reference is not None:
+        metrics[REFERENCE_METRIC] = j.utility_reference
+    if j.utility_reference_lr is not None:
+        metrics[REFERENCE_METRIC + "_lr"] = j.utility_reference_lr
     accounting = {} if j.epsilon is None else {"epsilon": j.epsilon, "delta": j.delta, **j.epsilon_basis}
     return JobResult(
         key=j.key,
@@ -103,7 +114,7 @@ def restore(j: JobSummary, label: str, name: str, params: dict[str, Any]) -> Job
         ],
         privacy=dict(j.privacy),
         runtime_s=j.runtime_s,
-        metrics=dict(j.series),
+        metrics=metrics,
         provenance=provenance,
         accounting=accounting,
     )

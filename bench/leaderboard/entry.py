@@ -12,7 +12,7 @@ import json
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -49,6 +49,14 @@ class JobSummary(_Strict):
     utility_metric: str
     utility: float | None = None
     utility_floor: float | None = None
+    utility_reference: float | None = Field(
+        None,
+        description="The task's central reference utility (undefended jobs of tasks that declare one).",
+    )
+    utility_reference_lr: float | None = Field(None, description="The reference's Adam learning rate.")
+    utility_rule: dict[str, object] | None = Field(
+        None, description="The task's ranking rule (reference, fractions, attack-only reason, direction)."
+    )
     privacy: dict[str, float] = Field(default_factory=dict, description="threat -> 1 − worst leakage")
     attacks: list[AttackSummary] = Field(default_factory=list)
     runtime_s: float
@@ -95,13 +103,28 @@ class TrackSummary(_Strict):
     claimed: bool = True
 
 
+class PaperInfo(_Strict):
+    """The paper a defense implements (:class:`bench.defense_source.Paper`)."""
+
+    title: str = Field(min_length=1)
+    authors: str = Field(min_length=1)
+    venue: str = Field(min_length=1)
+    year: int = Field(ge=1900, le=2100)
+    url: str = Field("", description="A stable public link (DOI or arXiv); empty when there is none.")
+
+
 class DefenseInfo(_Strict):
     name: str
     label: str
     params: dict[str, object]
     source_hash: str = Field(description="Digest of the defense's source (its jobs' code version).")
-    description: str = ""
-    paper: str = ""
+    source: PaperInfo | Literal["original", "undeclared"] = Field(
+        description=(
+            "Where the defense comes from, as its plugin declares it: the paper it implements, "
+            "``original`` (new in this entry) or ``undeclared`` (refused by export and validate)."
+        )
+    )
+    description: str = Field("", description="The defense's summary: plain text, whole sentences.")
 
 
 class SuiteInfo(_Strict):
@@ -116,8 +139,25 @@ class BenchInfo(_Strict):
 
 
 class Verification(_Strict):
+    """Who checked the entry's numbers: the check that set ``status`` (the command), the commit
+    of the code it ran (``<sha>+uncommitted`` from a checkout with uncommitted changes) and the
+    machine it ran on. A status other than ``unverified`` names all three."""
+
     status: Literal["unverified", "verified", "mismatch"] = "unverified"
     details: str = ""
+    commit: str = Field("", description="The commit the check ran (``<sha>+uncommitted`` if dirty).")
+    machine: str = Field("", description="The machine the check ran on (architecture and CPU model).")
+    check: str = Field("", description="The check that set the status (the command).")
+
+    @model_validator(mode="after")
+    def _named(self) -> Verification:
+        missing = [f for f in ("commit", "machine", "check") if not getattr(self, f).strip()]
+        if self.status != "unverified" and missing:
+            raise ValueError(
+                f"status {self.status!r} must name the check that set it, with the commit and "
+                f"machine it ran on: {', '.join(missing)} missing"
+            )
+        return self
 
 
 class GalleryImage(_Strict):

@@ -1,4 +1,11 @@
-"""Export (store → entry files), validate (schema + consistency) and build (entries → page)."""
+"""Export (store → entry files), validate (schema + consistency) and build (entries → page).
+
+An entry is a citable record: its defense's ``source`` (the paper it implements, or
+``original``) and ``description`` (its plain-text summary) are what the plugin declares
+(:mod:`bench.defense_source`), read in a sandboxed child process (:func:`declared_isolated`: the
+harness never imports defense code itself); ``export`` and ``validate`` refuse an undeclared
+source or a summary that is not plain sentences (:func:`declaration_problems`).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +16,15 @@ import platform
 import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from bench.defense_source import UNDECLARED
 from bench.errors import BenchInputError
 from bench.leaderboard.convert import restore, summarize, tracks_of
+from bench.leaderboard.declared import declaration_problems
+from bench.leaderboard.declared import declared_isolated as declared_isolated  # re-exported
 from bench.leaderboard.entry import (
     BenchInfo,
     DefenseInfo,
@@ -34,6 +44,8 @@ from bench.scoring import split_versions
 
 #: numbers an entry states and ``validate`` recomputes must agree to this (relative) tolerance
 TOLERANCE = 1e-9
+#: the check :func:`record_verification` names (the command that re-ran the entry's jobs)
+VERIFY_CHECK = "python -m bench leaderboard verify"
 
 
 def _write(path: Path, text: str) -> None:
@@ -69,10 +81,25 @@ def hardware_of(provenance: dict) -> dict[str, str]:
     return {k: str(known[src]) for k, src in HARDWARE_FIELDS.items() if known.get(src) not in (None, "")}
 
 
+def _defense_info(first: JobResult, label: str, declarations: dict[str, dict[str, Any]]) -> DefenseInfo:
+    code = first.provenance.get("code") or {}
+    declared = declarations.get(first.defense_name) or {}
+    return DefenseInfo(
+        name=first.defense_name,
+        label=label,
+        params=dict(first.defense_params),
+        source_hash=str(code.get("defense", "")) if isinstance(code, dict) else "",
+        source=declared.get("source", UNDECLARED),
+        description=str(declared.get("summary", "")),
+    )
+
+
 def build_entries(
-    results: list[JobResult], suite: str, tasks: list[str], descriptions: dict[str, str]
+    results: list[JobResult], suite: str, tasks: list[str], declarations: dict[str, dict[str, Any]]
 ) -> list[Entry]:
-    """One entry per defense label from the store's jobs of ``tasks`` (the newest version of each)."""
+    """One entry per defense label from the store's jobs of ``tasks`` (the newest version of each);
+    ``declarations``: per defense name, its ``source`` and ``summary`` (:func:`declared_isolated`;
+    a name it lacks is ``undeclared``)."""
     results, _ = split_versions([r for r in results if r.task in set(tasks)])
     by_label: dict[str, list[JobResult]] = defaultdict(list)
     for r in results:
@@ -81,16 +108,9 @@ def build_entries(
     for label, jobs in sorted(by_label.items()):
         jobs.sort(key=lambda r: (r.task, r.seed))
         first = jobs[0]
-        code = first.provenance.get("code") or {}
         out.append(
             Entry(
-                defense=DefenseInfo(
-                    name=first.defense_name,
-                    label=label,
-                    params=dict(first.defense_params),
-                    source_hash=str(code.get("defense", "")) if isinstance(code, dict) else "",
-                    description=descriptions.get(first.defense_name, ""),
-                ),
+                defense=_defense_info(first, label, declarations),
                 suite=SuiteInfo(
                     name=suite, spec_hashes={r.task: str(r.provenance.get("spec_hash", "")) for r in jobs}
                 ),
@@ -114,10 +134,14 @@ def export(
     suite: str,
     tasks: list[str],
     folder: Path,
-    descriptions: dict[str, str],
+    declarations: dict[str, dict[str, Any]],
     out_dir: Path | None = None,
+    require_declared: bool = True,
 ) -> list[Path]:
     """Write ``folder/<suite>/<defense-id>.json`` for every defense label; returns the paths written.
+
+    With ``require_declared`` (unless ``--allow-uncommitted``) nothing is written while an entry
+    has a :func:`declaration_problems` problem: an input error names each defense and what it lacks.
 
     An existing entry whose results the new one reproduces (:func:`~bench.leaderboard.verify.
     same_results`: the same jobs, every number within the verify tolerance) is left as it is, so
@@ -130,7 +154,12 @@ def export(
     from bench.leaderboard.verify import same_hardware, same_jobs, same_results
 
     paths = []
-    for entry in build_entries(results, suite, tasks, descriptions):
+    built = build_entries(results, suite, tasks, declarations)
+    problems = [p for e in built for p in declaration_problems(e)] if require_declared else []
+    if problems:
+        why = "; ".join(problems) + " (--allow-uncommitted for a local look)"
+        raise BenchInputError("leaderboard export", suite, reason=why)
+    for entry in built:
         path = folder / suite / f"{defense_id(entry.defense.label)}.json"
         if path.is_file():
             try:
@@ -196,8 +225,10 @@ def inconsistencies(entry: Entry) -> list[str]:
     return problems
 
 
-def validate(paths: list[Path]) -> list[Entry]:
-    """Schema and consistency of every entry; an input error listing every problem."""
+def validate(paths: list[Path], require_declared: bool = False) -> list[Entry]:
+    """Schema and consistency of every entry; an input error listing every problem. With
+    ``require_declared`` an undeclared source or a summary that is not plain sentences is one too
+    (:func:`declaration_problems`; ``leaderboard validate`` without ``--allow-uncommitted``)."""
     entries, problems = [], []
     for path in paths:
         try:
@@ -206,6 +237,8 @@ def validate(paths: list[Path]) -> list[Entry]:
             problems.append(exc.message)
             continue
         problems += [f"{path}: {p}" for p in inconsistencies(entry) + check_images(entry, path)]
+        if require_declared:
+            problems += [f"{path}: {p}" for p in declaration_problems(entry)]
         entries.append(entry)
     if problems:
         raise BenchInputError("leaderboard entries", len(problems), reason="; ".join(problems))
@@ -240,26 +273,72 @@ def changed_entries(root: Path, folder: Path, ref: str) -> list[Path]:
     return sorted(Path(top) / line for line in out.splitlines() if line.endswith(".json"))
 
 
-def record_verification(path: Path, entry: Entry, report: VerifyReport) -> None:
-    """Write ``verified`` and the re-run jobs into the entry file (deterministic: no date)."""
-    from bench.catalog import bench_root
+def verification_commit(root: Path, entries: Path | None, allow_uncommitted: bool = False) -> str:
+    """The commit a verification names: git ``HEAD`` of ``root``. A checkout with uncommitted
+    changes outside ``entries`` (or whose state git cannot tell) is refused, unless
+    ``allow_uncommitted``: the commit is then ``<sha>+uncommitted``."""
     from bench.results.provenance import git_state
 
+    state = git_state(root, ignore=entries)
+    commit = str(state["commit"])
+    if state["dirty"] is False:
+        return commit
+    if not allow_uncommitted:
+        why = "has uncommitted changes (git status)" if state["dirty"] else "is not a git checkout"
+        raise BenchInputError(
+            "leaderboard verify --record",
+            str(root),
+            reason=f"the checkout {why}: a verification names the commit it ran, commit first "
+            "(--allow-uncommitted records <commit>+uncommitted)",
+        )
+    return f"{commit}+uncommitted"
+
+
+def verification_machine() -> str:
+    """The machine a verification ran on: its architecture and CPU model (as ``hardware`` has them)."""
+    from bench.results.provenance import cpu_model
+
+    return f"{platform.machine()}, {cpu_model()}"
+
+
+def record_verification(
+    path: Path,
+    entry: Entry,
+    report: VerifyReport,
+    root: Path,
+    entries: Path | None = None,
+    allow_uncommitted: bool = False,
+) -> None:
+    """Write ``verified`` into the entry file, with the re-run jobs, the check that ran them
+    (:data:`VERIFY_CHECK`), the commit of ``root`` (:func:`verification_commit`: refused from a
+    checkout with uncommitted changes outside ``entries`` unless ``allow_uncommitted``) and the
+    machine (deterministic: no date)."""
+    commit = verification_commit(root, entries, allow_uncommitted)
     runs = ", ".join(f"{t} seed {s}" for t, s in report.rerun)
-    commit = str(git_state(bench_root(None))["commit"])[:12]
-    entry = entry.model_copy(
-        update={"verification": Verification(status="verified", details=f"re-ran {runs} at {commit}")}
+    verification = Verification(
+        status="verified",
+        details=f"re-ran {runs}",
+        commit=commit,
+        machine=verification_machine(),
+        check=VERIFY_CHECK,
     )
-    _write(path, entry_text(entry))
+    _write(path, entry_text(entry.model_copy(update={"verification": verification})))
 
 
 def write_schema(path: Path) -> None:
     _write(path, schema_json())
 
 
-def build(paths: list[Path], site: Path, tasks: dict[str, object], claims: Path | None = None) -> Path:
+def build(
+    paths: list[Path],
+    site: Path,
+    tasks: dict[str, object],
+    claims: Path | None = None,
+    order: list[str] | None = None,
+) -> Path:
     """The page from the entries alone (no store): the same tables and figures as ``evaluate``,
-    and the claims report of ``python -m bench reproduce --json`` when ``claims`` is given."""
+    and the claims report of ``python -m bench reproduce --json`` when ``claims`` is given;
+    ``order``: the headline order of the tasks (the suites' ``tasks``)."""
     from bench.claims.report import load_json
     from bench.scoring import entry_table, superseded_versions, tables_by_track
     from bench.site import write_site
@@ -290,4 +369,5 @@ def build(paths: list[Path], site: Path, tasks: dict[str, object], claims: Path 
         images=entry_images(list(zip(entries, paths, strict=True))),
         membership=membership_figures(results),
         claims=None if claims is None else load_json(claims),
+        order=order or (),
     )

@@ -3,7 +3,8 @@
 ``validate`` checks that an entry's aggregates follow from its per-seed job summaries; ``verify``
 checks that the job summaries follow from the code. For every task of the entry it re-runs one
 seed (all of them with ``all_seeds``) with the current code, in a temporary store, and compares
-each number the entry states for that job — the utility, the privacy score per threat model,
+each number the entry states for that job — the utility (and the undefended job's central
+reference utility and the task's ranking rule), the privacy score per threat model,
 every attack's status and leakage, the ε lower bound and the DP ε — with the re-run's:
 
     |stated − re-run| ≤ tolerance · max(1, |stated|)
@@ -124,6 +125,9 @@ def compare_jobs(stated: JobSummary, again: JobSummary, tolerance: float = DEFAU
     if stated.status != again.status:
         out.append(f"{where}: status stated {stated.status}, re-run {again.status} ({again.reason or ''})")
     check("utility", stated.utility, again.utility)
+    check("utility_reference", stated.utility_reference, again.utility_reference)
+    if stated.utility_rule != again.utility_rule:
+        out.append(f"{where}: utility rule stated {stated.utility_rule}, re-run {again.utility_rule}")
     check("epsilon", stated.epsilon, again.epsilon)
     for threat in sorted(set(stated.privacy) | set(again.privacy)):
         check(f"privacy[{threat}]", stated.privacy.get(threat), again.privacy.get(threat))
@@ -171,7 +175,7 @@ def same_numeric_hardware(a: dict[str, str], b: dict[str, str]) -> bool:
 
 def same_results(old: Entry, new: Entry, tolerance: float = DEFAULT_TOLERANCE) -> bool:
     """``new`` reproduces ``old``: the same defense, suite and jobs (keys), every job's numbers
-    within ``tolerance`` (:func:`compare_jobs`), the same description and paper link. What a
+    within ``tolerance`` (:func:`compare_jobs`), the same declared source and description. What a
     re-run changes anyway — dates, runtimes, the commit, the hardware — is not compared."""
     if not same_jobs(old, new):
         return False

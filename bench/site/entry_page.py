@@ -1,8 +1,10 @@
 """The detail page of one leaderboard entry: its provenance, its per-track numbers and every job.
 
 Everything shown comes from the entry (:class:`bench.leaderboard.entry.Entry`) as text, escaped by
-the template; the paper link becomes a link only when it is an ``http(s)`` URL with a host
+the template; the paper's URL becomes a link only when it is an ``http(s)`` URL with a host
 (:func:`safe_url`), so an entry cannot smuggle a ``javascript:`` or ``data:`` URL onto the page.
+The page states the defense's source ("Source: authors, “title”, venue, year", "original" or "not
+declared", :func:`source_line`) and who verified the entry (:func:`verification_line`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from bench.leaderboard.entry import defense_id
 if TYPE_CHECKING:
     from bench.leaderboard.entry import Entry
 
-__all__ = ["entry_context", "entry_href", "safe_url"]
+__all__ = ["entry_context", "entry_href", "safe_url", "source_line", "verification_line"]
 
 
 def safe_url(url: str) -> str:
@@ -35,6 +37,34 @@ def safe_url(url: str) -> str:
 def entry_href(entry: Entry) -> str:
     """The entry page's path relative to the index: ``entries/<suite>/<defense-id>.html``."""
     return f"entries/{defense_id(entry.suite.name)}/{defense_id(entry.defense.label)}.html"
+
+
+def source_line(entry: Entry) -> dict[str, str]:
+    """The defense's source as the page states it: ``text`` (after "Source: ") and ``url`` (the
+    paper's link when it is a safe ``http(s)`` URL, else ``""``)."""
+    source = entry.defense.source
+    if source == "original":
+        return {"text": "original (new in this entry)", "url": ""}
+    if isinstance(source, str):
+        return {"text": "not declared", "url": ""}
+    text = f"{source.authors}, “{source.title}”, {source.venue}, {source.year}"
+    return {"text": text, "url": safe_url(source.url)}
+
+
+def verification_line(entry: Entry) -> dict[str, str]:
+    """Who verified the entry: ``status`` (``"Verified"``, ``"Verification failed"`` or ``"Not
+    verified"``) and, once checked, the ``check`` that set it, the ``commit`` (12 characters, and
+    ``+uncommitted`` when the checkout had uncommitted changes) and the ``machine``."""
+    v = entry.verification
+    if v.status == "unverified":
+        return {"status": "Not verified", "check": "", "commit": "", "machine": ""}
+    sha, plus, rest = v.commit.partition("+")
+    return {
+        "status": "Verified" if v.status == "verified" else "Verification failed",
+        "check": v.check,
+        "commit": sha[:12] + plus + rest,
+        "machine": v.machine,
+    }
 
 
 def _num(x: float | None, digits: int = 3) -> str:
@@ -105,8 +135,8 @@ def entry_context(entry: Entry) -> dict[str, Any]:
     ]
     return {
         "label": d.label,
-        "paper": d.paper,
-        "paper_url": safe_url(d.paper),
+        "source": source_line(entry),
+        "verified": verification_line(entry),
         "provenance": provenance,
         "spec_hashes": sorted(entry.suite.spec_hashes.items()),
         "tracks": tracks,

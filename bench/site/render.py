@@ -26,6 +26,7 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
+from bench.results.reference import RANKED
 from bench.scoring import pareto_front, track_attacks
 from bench.site.cells import fmt, rows
 from bench.site.facets import track_facets
@@ -117,6 +118,15 @@ def _filters(tracks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _track_order(track: str, df: pd.DataFrame, order: list[str]) -> tuple[bool, bool, int, str]:
+    """Sort key of a track: passive before active, ranked before unranked, then the headline
+    order of its task, then its name."""
+    task = _first(df, "task", track.split("/", 1)[0])
+    active = _first(df, "threat", track.split("/", 1)[-1]) == ACTIVE_THREAT
+    ranked = _first(df, "track_status", RANKED) == RANKED
+    return (active, not ranked, order.index(task) if task in order else len(order), track)
+
+
 def _plot(df: pd.DataFrame, track: str, front: list[str], metric: str, plots: bool) -> Markup | None:
     if not plots:
         return None
@@ -137,6 +147,7 @@ def render_index(
     gallery: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
     membership: Mapping[str, Any] | None = None,
     claims: Mapping[str, Any] | None = None,
+    order: Sequence[str] = (),
 ) -> str:
     """Render the leaderboard page.
 
@@ -167,6 +178,10 @@ def render_index(
         (:func:`bench.site.mia_figure.membership_figures`), shown under the plot.
     claims:
         A claims report (:func:`bench.claims.report.to_json`), shown as the page's last section.
+    order:
+        The headline order of the tasks (a suite's ``tasks``): ranked tracks come first in this
+        order, then the unranked ones (attack-only, below the reference), then the active ones;
+        tasks not listed follow alphabetically within each group.
 
     Returns
     -------
@@ -177,8 +192,7 @@ def render_index(
     used: set[str] = set()
     tracks = []
     facets = track_facets({str(t): track_attacks(df, t) for t, df in tables.items()}, tasks)
-    # the passive tracks first, then the active ones under their own heading
-    ordered = sorted(tables.items(), key=lambda kv: _first(kv[1], "threat", "") == ACTIVE_THREAT)
+    ordered = sorted(tables.items(), key=lambda kv: _track_order(str(kv[0]), kv[1], list(order)))
     for track, df in ordered:
         attacks = track_attacks(df, track)
         front = pareto_front(df) if len(df) else []
@@ -198,6 +212,14 @@ def render_index(
                 "baseline": fmt(df["baseline_utility"].iloc[0])
                 if "baseline_utility" in df.columns and len(df)
                 else "—",
+                "reference": fmt(df["utility_reference"].iloc[0])
+                if "utility_reference" in df.columns and len(df)
+                else "—",
+                "status": _first(df, "track_status", RANKED),
+                "note": _first(df, "track_note", ""),
+                "lower_better": "higher_is_better" in df.columns
+                and len(df) > 0
+                and not bool(df["higher_is_better"].iloc[0]),
                 "attacks": attacks,
                 "has_lb": "epsilon_lb" in df.columns and bool(df["epsilon_lb"].notna().any()),
                 "front": front,
@@ -266,6 +288,7 @@ def write_site(
     images: Mapping[tuple[str, str], tuple[Path, str, int]] | None = None,
     membership: Mapping[str, Any] | None = None,
     claims: Mapping[str, Any] | None = None,
+    order: Sequence[str] = (),
 ) -> Path:
     """Write the leaderboard page to ``out_dir/index.html`` and one page per entry.
 
@@ -282,7 +305,7 @@ def write_site(
         ``(track, defense label) -> (PNG, attack, seed)``: the worst-case reconstruction grids
         (:mod:`bench.leaderboard.gallery`), copied to ``images/<sha256[:16]>.png`` (one file per
         content) and shown under each track's plot.
-    membership, claims:
+    membership, claims, order:
         As for :func:`render_index`.
 
     Returns
@@ -324,6 +347,7 @@ def write_site(
             gallery=gallery,
             membership=membership,
             claims=claims,
+            order=order,
         ),
     )
     return target
