@@ -452,3 +452,23 @@ def test_the_default_retry_schedule_is_bounded() -> None:
     worst = sum(store_module.DEFAULT_RETRY.delays) + attempts * store_module.BUSY_TIMEOUT_S
     assert attempts >= 3 and worst <= 90  # a few retries, about a minute on a locked store
     assert list(store_module.DEFAULT_RETRY.delays) == sorted(store_module.DEFAULT_RETRY.delays)
+
+
+def test_a_store_another_process_is_creating_opens(tmp_path: Path) -> None:
+    """Two writers opening a new SQLite store at once: one may look while the other's
+    ``create_all`` has made ``jobs`` but not yet ``attack_results`` and the marker. That is
+    bench's own store half made, not a foreign database: it opens and gets completed."""
+    path = tmp_path / "racing.sqlite"
+    engine = create_engine(f"sqlite:///{path}")
+    JobRow.metadata.create_all(engine, tables=[JobRow.__table__])  # the first table only
+    engine.dispose()
+    store = ResultStore(str(path))
+    assert store.add(make_result("r"))
+    store.close()
+    assert _tables(path) == ["attack_results", "bench_meta", "jobs"]
+    # a foreign table of the same name is still refused (its columns are not bench's)
+    other = tmp_path / "lookalike.sqlite"
+    with sqlite3.connect(other) as con:
+        con.execute("create table jobs (id integer primary key, cron text)")
+    with pytest.raises(BenchInputError, match="not a bench results store"):
+        ResultStore(str(other))

@@ -254,6 +254,14 @@ def check_database(conn: Connection) -> DatabaseCheck:
         if set(JobRow.__table__.columns.keys()) <= columns:
             found.legacy = True
             return found
+    elif set(tables) < BENCH_TABLES and all(
+        set(Base.metadata.tables[t].columns.keys()) <= {c["name"] for c in inspector.get_columns(t)}
+        for t in tables
+    ):
+        # some of bench's own tables, with bench's columns, and no marker yet: another process is
+        # creating this store at this moment (``create_all`` makes one table after another), or a
+        # creation was cut short; opening it completes the missing tables and writes the marker
+        return found
     found.problem = (
         f"this database is not a bench results store: it holds tables that are not bench's "
         f"({_listing(tables)}) and no {MARKER_TABLE} table; bench adds its tables only to a new or "
