@@ -380,12 +380,15 @@ def pareto_front(df_track: pd.DataFrame) -> list[str]:
     list[str]
         Labels of the entries with both means defined, whose defense claims the track's threat
         model, for which no other such entry is at least as good in both and strictly better in
-        one; by privacy descending, then utility descending.
+        one — utility in the metric's direction (``higher_is_better``: a lower loss is better);
+        by privacy descending, then utility best first.
     """
     claimed = df_track["claimed"] if "claimed" in df_track.columns else True
     ok = df_track[df_track["privacy_mean"].notna() & df_track["utility_mean"].notna() & claimed]
+    higher = "higher_is_better" not in ok.columns or not len(ok) or bool(ok["higher_is_better"].iloc[0])
+    sign = 1.0 if higher else -1.0  # utility compared as "larger is better"
     points = [
-        (float(p), float(u), str(d))
+        (float(p), sign * float(u), str(d))
         for p, u, d in zip(ok["privacy_mean"], ok["utility_mean"], ok["defense"], strict=True)
     ]
     front = [

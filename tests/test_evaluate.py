@@ -324,3 +324,29 @@ def test_ranking_reflects_noise_on_digits_fedsgd(tmp_path, capsys):
         assert table.loc["none", "rank"] == 1
     html = (tmp_path / "site" / "index.html").read_text()
     assert "gaussian_noise(sigma=1.0)" in html and "digits_mlp_fedsgd" in html
+
+
+def test_skipped_pairs_are_one_line_per_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    """80 "skipping" lines used to flood the terminal: one line per reason with its count, each
+    pair only with --verbose."""
+    from bench.commands.evaluate import _print_skipped
+
+    pairs = [(f"task{i}", "muffliato(sigma=0.1)", "applies to gossip_averaging only") for i in range(12)]
+    pairs += [
+        ("task0", "scc(tau=0.1)", "applies to dpsgd only"),
+        ("task1", "scc(tau=0.1)", "applies to dpsgd only"),
+    ]
+    _print_skipped(pairs, verbose=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "skipping 14 (task, defense) pairs whose defense does not apply:"
+    assert lines[1].split() == ["12", "×", "applies", "to", "gossip_averaging", "only", "(muffliato)"]
+    assert lines[2].split()[0] == "2" and len(lines) == 4  # and the hint about --verbose
+    _print_skipped(pairs, verbose=True)
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 2 + 14
+
+
+def test_every_marker_of_the_terminal_tables_is_explained() -> None:
+    from bench.commands.evaluate import TABLE_LEGEND
+
+    for marker in ("rank — :", "defense * :", "ε — :", "ε lb ! :"):
+        assert marker in TABLE_LEGEND

@@ -259,3 +259,25 @@ def test_the_page_says_why_a_track_is_not_ranked_and_puts_ranked_tracks_first() 
     assert "central reference 0.900" in html
     first = [html.index(f"Task {t} ") for t in ("c_task", "a_task", "b_task")]
     assert first == sorted(first)  # ranked first, then the unranked ones by name
+
+
+def test_the_summary_matrix_ranks_every_entry_on_every_ranked_track() -> None:
+    from bench.scoring import tables_by_track
+    from bench.site.summary import summary_matrix
+
+    one = _track(0.85, 0.9, RULE, {"noise": (0.0, 0.6), "weak": (0.95, 0.8), "useless": (0.0, 0.1)})
+    two = _track(0.85, 0.9, RULE, {"noise": (0.5, 0.6)})
+    for r in two:
+        r.task = "u"
+    tables = tables_by_track(entry_table(one + two))
+    matrix = summary_matrix([(t, t, df) for t, df in tables.items()])
+    assert [c["track"] for c in matrix["columns"]] == ["t/server", "u/server"]
+    rows = {r["defense"]: r for r in matrix["rows"]}
+    assert [c["text"] for c in rows["noise"]["cells"]] == ["1", "1"]
+    assert [c["cls"] for c in rows["noise"]["cells"]] == ["better", "better"]  # above the undefended run
+    assert [c["cls"] for c in rows["weak"]["cells"]] == ["worse", "absent"]  # leaks more; not on u
+    assert rows["useless"]["cells"][0]["text"] == "—"  # below the floor 0.45
+    assert rows["useless"]["worst"] == "unranked on 1 of 1"
+    assert rows["weak"]["worst"] == "3 of 3 (t/server)"
+    assert matrix["rows"][0]["defense"] == "noise"  # sorted by the worst case, best first
+    assert summary_matrix([]) is None

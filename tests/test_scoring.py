@@ -305,3 +305,22 @@ def test_an_epsilon_counts_only_against_the_threat_models_the_defense_claims() -
     assert math.isnan(row_["epsilon_mean"]) and not row_["claimed"] and not row_["epsilon_exceeded"]
     r.provenance = {"claims": ["server", "fl_user"]}
     assert entry_table([r])["epsilon_mean"].tolist() == [2.0]
+
+
+def test_pareto_front_reads_the_utility_direction() -> None:
+    """A loss (lower is better): the entry with the same privacy and the lower loss dominates."""
+    df = pd.DataFrame(
+        {
+            "defense": ["low_loss", "high_loss", "private"],
+            "privacy_mean": [0.5, 0.5, 0.9],
+            "utility_mean": [0.1, 5.7, 6.0],
+            "claimed": [True, True, True],
+            "higher_is_better": [False, False, False],
+        }
+    )
+    assert pareto_front(df) == ["private", "low_loss"]
+    assert pareto_front(df.assign(higher_is_better=True)) == ["private"]
+    from bench.site.plots import privacy_utility_svg
+
+    svg = privacy_utility_svg(df, "t/server", pareto_front(df), "val_loss")
+    assert svg is not None and "val_loss, lower is better" in svg

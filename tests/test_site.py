@@ -34,11 +34,15 @@ class PageParser(HTMLParser):
         self._cell: list[str] | None = None
         self._in_script = False
         self._in_thead = False
+        #: the summary matrix's rows (kept apart from the tracks' tables)
+        self.summary: list[list[str]] = []
+        self._matrix = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.append(tag)
         self.attrs.extend((tag, k, v) for k, v in attrs)
         if tag == "table":
+            self._matrix = "matrix" in (dict(attrs).get("class") or "").split()
             self.tables.append([])
             self.row_classes.append([])
             self.headers.append([])
@@ -62,6 +66,11 @@ class PageParser(HTMLParser):
             self._cell = None
         elif tag == "script":
             self._in_script = False
+        elif tag == "table" and self._matrix:
+            self.summary = self.tables.pop()
+            self.row_classes.pop()
+            self.headers.pop()
+            self._matrix = False
 
     def handle_data(self, data: str) -> None:
         if self._in_script:

@@ -49,6 +49,34 @@ def _ray_options(args: argparse.Namespace) -> Any:
     )
 
 
+#: what the markers of the terminal tables mean (:func:`bench.site.text.format_table`)
+TABLE_LEGEND = (
+    "rank — : not ranked (utility below the floor, a threat model the defense does not claim, a job "
+    "refused by the channel audit, no successful seed, or a track that is not ranked: see its line)\n"
+    "defense * : on the track's Pareto front of privacy and utility\n"
+    "ε — : no DP guarantee claimed against this threat model; ε lb ! : the attacks' empirical lower "
+    "bound exceeds the claimed ε\n"
+    "privacy = 1 − worst leakage; per-attack columns: mean leakage (0 = nothing recovered, 1 = all)"
+)
+
+
+def _print_skipped(pairs: list[tuple[str, str, str]], verbose: bool) -> None:
+    """The (task, defense) pairs whose defense does not apply: one line per reason with its
+    count (each pair with ``--verbose``)."""
+    by_reason: dict[str, list[tuple[str, str]]] = {}
+    for task, defense, why in pairs:
+        by_reason.setdefault(str(why), []).append((task, defense))
+    print(f"skipping {len(pairs)} (task, defense) pairs whose defense does not apply:")
+    for why, which in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        defenses = sorted({d.split("(")[0] for _, d in which})
+        print(f"  {len(which):3d} × {why} ({', '.join(defenses)})")
+        if verbose:
+            for task, defense in which:
+                print(f"        {task} x {defense}")
+    if not verbose:
+        print("  (each pair: --verbose)")
+
+
 @COMMANDS.register("evaluate", "run tasks under defenses, attack them, store, score and rank; write the page")
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bench.runner import isolation
@@ -131,9 +159,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     found.raise_if_any()
     assert store is not None
     if skipped_pairs:
-        print(f"skipping {len(skipped_pairs)} (task, defense) pairs whose defense does not apply:")
-        for t, d, why in skipped_pairs:
-            print(f"  {t} x {d}: {why}")
+        _print_skipped(skipped_pairs, args.verbose)
     if args.retry_failed:  # results an earlier run kept are stored first, so that a kept failure reruns too
         from bench.results.spool import import_spooled
 
@@ -173,6 +199,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if status != RANKED:
             print(f"not ranked ({status}): {table['track_note'].iloc[0]}")
         print(format_table(table))
+    if tables:
+        print(f"\n{TABLE_LEGEND}")
     superseded = df.attrs.get("superseded", 0)
     if superseded:
         print(f"\n{superseded} stored jobs of older code or task versions are not shown (see the page)")
@@ -251,5 +279,7 @@ def add_parser(sub: Any) -> None:
         "--no-progress", action="store_true", help="no progress output (default: a bar, or a line per job)"
     )
     p_eval.add_argument(
-        "--verbose", action="store_true", help="show each simulation's Lightning progress bar"
+        "--verbose",
+        action="store_true",
+        help="show each simulation's Lightning progress bar and every skipped (task, defense) pair",
     )

@@ -51,6 +51,8 @@ def privacy_utility_svg(df: pd.DataFrame, track: str, front: list[str], metric: 
     with rc_context(svg_settings(track)):
         fig = Figure(figsize=(6.0, 3.6), layout="constrained")
         ax = fig.add_subplot()
+        # a loss: lower is better; the front's staircase then steps "pre" instead of "post"
+        lower = "higher_is_better" in df.columns and len(df) > 0 and not bool(df["higher_is_better"].iloc[0])
         on_front = data[data["defense"].isin(front)].sort_values("utility_mean")
         others = data[~data["defense"].isin(front) & (data["defense"] != BASELINE)]
         ax.scatter(others["utility_mean"], others["privacy_mean"], s=22, color="#7a8591", label="entry")
@@ -58,7 +60,8 @@ def privacy_utility_svg(df: pd.DataFrame, track: str, front: list[str], metric: 
             on_front["utility_mean"], on_front["privacy_mean"], s=30, color="#0a6b3d", label="Pareto front"
         )
         if len(on_front) > 1:
-            ax.step(on_front["utility_mean"], on_front["privacy_mean"], where="post", color="#0a6b3d", lw=1)
+            where = "pre" if lower else "post"
+            ax.step(on_front["utility_mean"], on_front["privacy_mean"], where=where, color="#0a6b3d", lw=1)
         base = data[data["defense"] == BASELINE]
         if len(base):
             ax.scatter(
@@ -74,7 +77,7 @@ def privacy_utility_svg(df: pd.DataFrame, track: str, front: list[str], metric: 
                 _short(str(rec["defense"])), (rec["utility_mean"], rec["privacy_mean"]),
                 xytext=(4, 3), textcoords="offset points", fontsize=6.5, color="#33404d",
             )  # fmt: skip
-        ax.set_xlabel(f"utility ({metric}, higher is better)")
+        ax.set_xlabel(f"utility ({metric}, {'lower' if lower else 'higher'} is better)")
         ax.set_ylabel("privacy score (higher is better)")
         ax.set_ylim(-0.05, 1.08)
         ax.grid(True, lw=0.3, color="#d9dee3")

@@ -30,6 +30,7 @@ from bench.results.reference import RANKED
 from bench.scoring import pareto_front, track_attacks
 from bench.site.cells import fmt, rows
 from bench.site.facets import track_facets
+from bench.site.summary import summary_matrix
 
 if TYPE_CHECKING:
     from bench.leaderboard.entry import Entry
@@ -237,9 +238,12 @@ def render_index(
         )
     script, script_hash = _script()
     template = _environment().get_template(TEMPLATE)
+    ranked = [(t["track"], t["anchor"], tables[t["track"]]) for t in tracks if t["status"] == RANKED]
     return template.render(
         title=str(meta.get("title") or DEFAULT_TITLE),
         meta_items=_meta_items(meta),
+        summary=summary_matrix(ranked),
+        unranked=sum(t["status"] != RANKED for t in tracks),
         tracks=tracks,
         filters=_filters(tracks),
         superseded=[] if superseded is None else superseded.astype(str).to_dict("records"),

@@ -156,3 +156,42 @@ def test_the_hostile_entry_does_not_execute(browser: object, site: Path) -> None
     assert w.dialogs == []
     # nothing ran, and nothing tried to: no CSP violation was even reported
     assert w.errors == []
+
+
+def test_the_summary_matrix_is_on_top_and_fits_at_both_widths(browser: object, site: Path) -> None:
+    for width in (1400, 390):
+        w = Watched(browser, width=width)
+        page = w.open(site / "index.html")
+        tops = page.evaluate(
+            "[document.querySelector('#summary').getBoundingClientRect().top, "
+            "document.querySelector('section.track').getBoundingClientRect().top]"
+        )
+        assert tops[0] < tops[1], "the summary comes before the first track"
+        assert page.locator("#summary table.matrix tbody tr").count() >= 10
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, "the matrix scrolls inside its box, the page does not"
+        # the defense column stays in view when the matrix is scrolled sideways
+        page.eval_on_selector("#summary .scroll", "el => { el.scrollLeft = 10000; }")
+        box = page.eval_on_selector("#summary .scroll", "el => el.getBoundingClientRect().left")
+        left = page.eval_on_selector("#summary tbody td.defense", "el => el.getBoundingClientRect().left")
+        assert abs(left - box) < 2
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.locator("#summary").screenshot(path=str(ARTIFACTS / f"summary-{width}.png"))
+        assert w.errors == []
+
+
+def test_tables_and_plots_are_readable_on_a_phone(browser: object, site: Path) -> None:
+    w = Watched(browser, width=390)
+    page = w.open(site / "index.html")
+    # plots keep their size (8 pt text) and scroll inside their figure rather than shrink to ~5 px
+    script = "els => els.map(e => e.getBoundingClientRect().width)"
+    widths = page.eval_on_selector_all("figure.plot svg", script)
+    assert widths and min(widths) >= 500
+    # a track's defense column stays in view when its table is scrolled sideways
+    box = page.locator("section.track .scroll").first
+    box.evaluate("el => { el.scrollLeft = 10000; }")
+    edge = box.evaluate("el => el.getBoundingClientRect().left")
+    left = box.locator("tbody td.defense").first.evaluate("el => el.getBoundingClientRect().left")
+    assert abs(left - edge) < 2
+    assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 1
+    assert w.errors == []
