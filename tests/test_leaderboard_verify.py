@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.errors import BenchInputError
 from bench.leaderboard import files
 from bench.leaderboard.convert import tracks_of
 from bench.leaderboard.entry import Entry
@@ -258,3 +259,34 @@ def test_hardware_is_compared_on_the_fields_both_entries_record(entry_file: Path
         assert not same_hardware(mine, other) and same_jobs(mine, other)
     legacy = mine.model_copy(update={"hardware": {"device": "cpu", "machine": "x86_64"}})
     assert same_hardware(legacy, mine) and same_results(legacy, mine)  # nothing to tell them apart
+
+
+def test_an_entry_not_committed_is_among_the_changed_ones(tmp_path: Path) -> None:
+    """`verify --changed-since REF` (CI on a pull request) used to pass over an entry file git did
+    not track: it is verified like a changed one."""
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    folder = tmp_path / "leaderboard" / "entries" / "quick"
+    folder.mkdir(parents=True)
+    (folder / "old.json").write_text("{}")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    (folder / "edited.json").write_text("{}")
+    git("add", "leaderboard/entries/quick/edited.json")
+    (folder / "untracked.json").write_text("{}")
+    found = files.changed_entries(tmp_path, tmp_path / "leaderboard" / "entries", "HEAD")
+    assert [p.name for p in found] == ["edited.json", "untracked.json"]
+
+
+def test_changed_since_takes_a_revision_never_an_option(tmp_path: Path) -> None:
+    """`--changed-since=--output=FILE` used to reach git as an option (and truncate FILE)."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    for ref in (f"--output={victim}", "-p", "no-such-revision"):
+        with pytest.raises(BenchInputError, match="--changed-since"):
+            files.changed_entries(ROOT, ROOT / "leaderboard" / "entries", ref)
+    assert victim.read_text() == "keep me"
+    assert isinstance(files.changed_entries(ROOT, ROOT / "leaderboard" / "entries", "HEAD"), list)

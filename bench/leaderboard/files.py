@@ -253,12 +253,36 @@ def entry_paths(folder: Path) -> list[Path]:
 
 def changed_entries(root: Path, folder: Path, ref: str) -> list[Path]:
     """The entry files under ``folder`` added or modified since the git ref ``ref`` (a pull request's
-    entries, for CI); deleted files are not listed."""
+    entries, for CI), and the ones git does not track yet (an entry not committed is still
+    verified, never passed over in silence); deleted files are not listed."""
     import subprocess
 
+    if not ref or ref.startswith("-"):  # never an option of git's (e.g. "--output=FILE")
+        raise BenchInputError("--changed-since", ref, reason="expected a git revision, not an option")
+    try:
+        subprocess.run(  # the value is a revision (after --end-of-options git reads no option)
+            ["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        raise BenchInputError(
+            "--changed-since", ref, reason="not a git revision of this repository"
+        ) from None
     try:
         out = subprocess.run(
-            ["git", "diff", "--name-only", "--diff-filter=AMR", ref, "--", str(folder.resolve())],
+            [
+                "git",
+                "diff",
+                "--name-only",
+                "--diff-filter=AMR",
+                "--end-of-options",
+                ref,
+                "--",
+                str(folder.resolve()),
+            ],
             cwd=root,
             capture_output=True,
             text=True,
@@ -270,7 +294,15 @@ def changed_entries(root: Path, folder: Path, ref: str) -> list[Path]:
     top = subprocess.run(
         ["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True, check=True
     ).stdout.strip()
-    return sorted(Path(top) / line for line in out.splitlines() if line.endswith(".json"))
+    untracked = subprocess.run(
+        ["git", "ls-files", "--others", "--exclude-standard", "--full-name", "--", str(folder.resolve())],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = {*out.splitlines(), *untracked.splitlines()}
+    return sorted(Path(top) / line for line in lines if line.endswith(".json"))
 
 
 def verification_commit(root: Path, entries: Path | None, allow_uncommitted: bool = False) -> str:
