@@ -67,6 +67,8 @@ def hostile_entry_text() -> str:
         "check": HOSTILE_LABEL,
     }
     data["defense"]["params"] = {"x": HOSTILE_PARAM}
+    for job in data["jobs"]:  # its own jobs: validate refuses a job that two entries hold
+        job["key"] = "hostile-" + job["key"]
     return json.dumps(data)
 
 

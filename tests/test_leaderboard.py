@@ -4,6 +4,7 @@ page built from entries alone, and the CLI's exit codes."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,19 @@ def test_export_refuses_uncommitted_code_unless_told(tmp_path, monkeypatch, caps
     assert cli.main([*argv, "--allow-uncommitted"]) == 0
     path = next(p for p in (tmp_path / "e" / "quick").glob("*.json") if dirty.defense.split("(")[0] in p.name)
     assert json.loads(path.read_text())["bench"]["dirty"] is True
+
+
+def test_the_same_entry_in_two_files_is_refused(tmp_path: Path) -> None:
+    """A copy of an entry under another name used to pass validate and double its seeds."""
+    committed = Path(__file__).resolve().parents[1] / "leaderboard" / "entries" / "quick" / "none.json"
+    folder = tmp_path / "quick"
+    shutil.copytree(committed.parent / "images" / "none", folder / "images" / "none")
+    text = committed.read_text()
+    (folder / "none.json").write_text(text)
+    assert len(files.validate([folder / "none.json"])) == 1
+    (folder / "copy.json").write_text(text)
+    with pytest.raises(BenchInputError) as info:
+        files.validate(sorted(folder.glob("*.json")))
+    message = info.value.message
+    assert "the entry 'none' of suite 'quick' is also in" in message
+    assert "is also in" in message.split("none.json: job ", 1)[1]  # and each of its jobs

@@ -229,7 +229,7 @@ def validate(paths: list[Path], require_declared: bool = False) -> list[Entry]:
     """Schema and consistency of every entry; an input error listing every problem. With
     ``require_declared`` an undeclared source or a summary that is not plain sentences is one too
     (:func:`declaration_problems`; ``leaderboard validate`` without ``--allow-uncommitted``)."""
-    entries, problems = [], []
+    entries, problems, where = [], [], []
     for path in paths:
         try:
             entry = load_entry(path)
@@ -240,9 +240,30 @@ def validate(paths: list[Path], require_declared: bool = False) -> list[Entry]:
         if require_declared:
             problems += [f"{path}: {p}" for p in declaration_problems(entry)]
         entries.append(entry)
+        where.append(path)
+    problems += duplicates(entries, where)
     if problems:
         raise BenchInputError("leaderboard entries", len(problems), reason="; ".join(problems))
     return entries
+
+
+def duplicates(entries: list[Entry], paths: list[Path]) -> list[str]:
+    """The same entry (suite and defense label) or the same job (key) in two files: each would
+    count twice (its seeds doubled on the page), so each is a problem naming both files."""
+    problems, labels, keys = [], {}, {}
+    for entry, path in zip(entries, paths, strict=True):
+        label = (entry.suite.name, entry.defense.label)
+        if label in labels:
+            first = labels[label]
+            problems.append(f"{path}: the entry {label[1]!r} of suite {label[0]!r} is also in {first}")
+        labels.setdefault(label, path)
+        for job in entry.jobs:
+            if job.key in keys and keys[job.key] != path:
+                problems.append(
+                    f"{path}: job {job.key} ({job.task} seed {job.seed}) is also in {keys[job.key]}"
+                )
+            keys.setdefault(job.key, path)
+    return problems
 
 
 def entry_paths(folder: Path) -> list[Path]:
