@@ -124,6 +124,7 @@ def evaluate_defense(
     out: str | Path | None = None,
     root: str | Path | None = None,
     verbose: bool = False,
+    against: str | Path | None = "committed",
 ) -> pd.DataFrame:
     """Evaluate one defense configuration on a suite and return its rows of the results table.
 
@@ -142,13 +143,20 @@ def evaluate_defense(
         The benchmark root (default: ``BENCH_ROOT`` or the repository).
     verbose:
         Print the command's output (its ranked tables) instead of discarding it.
+    against:
+        What the defense is ranked against. ``"committed"`` (default): the committed entries of
+        the suite (``leaderboard/entries/<suite>`` of the root, the undefended run among them),
+        as on the page; a folder of entry files; or ``None``: only the rows of this run's store
+        (then, without an undefended run, a track's status says there is no reference run).
+        An entry with this run's label is left out of the comparison (this run replaces it).
 
     Returns
     -------
     pandas.DataFrame
         One row per track for this defense configuration, the columns of
         :func:`bench.scoring.entry_table` (privacy and utility mean ± std, per-attack leakage,
-        worst attack, ε, seeds, failed jobs, rank among the store's entries).
+        worst attack, ε, seeds, failed jobs, the rank among the compared entries and the
+        track's status).
 
     Raises
     ------
@@ -182,8 +190,29 @@ def evaluate_defense(
             raise RuntimeError(f"python -m bench {' '.join(argv)} exited with {code}")
         with ResultStore(str(folder / "results.sqlite")) as store:
             results = store.results()
-    df = entry_table([r for r in results if not tasks or r.task in set(tasks)])
+    own = [r for r in results if not tasks or r.task in set(tasks)]
+    tracks = {r.task for r in own}
+    others = [r for r in _compared_with(against, base, suite, label) if r.task in tracks]
+    df = entry_table(own + others)
     return df[df["defense"] == label].reset_index(drop=True)
+
+
+def _compared_with(against: str | Path | None, base: Path, suite: str, label: str) -> list[Any]:
+    """The job results of the entries ``evaluate_defense`` ranks against (``against``), without
+    the entry of ``label``; checked as ``leaderboard validate`` checks them."""
+    from bench.leaderboard import files
+
+    if against is None:
+        return []
+    folder = base / "leaderboard" / "entries" / suite if against == "committed" else Path(against)
+    if not folder.is_dir():
+        raise BenchInputError(
+            "against",
+            str(against),
+            reason=f"no folder of entries at {folder}: pass 'committed', a folder of entry files, or None",
+        )
+    loaded = files.validate(files.entry_paths(folder))
+    return [r for e in loaded if e.defense.label != label for r in files.jobs_of(e)]
 
 
 def load_leaderboard(entries: str | Path | None = None, suite: str | None = None) -> pd.DataFrame:

@@ -15,6 +15,7 @@ process that runs the simulation, never in the process that scores (``bench.runn
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -41,6 +42,13 @@ PASSIVE_THREATS: tuple[str, ...] = ("server", "fl_user", "neighbors", "eavesdrop
 #: every threat model, for defenses whose guarantee does not depend on the adversary following
 #: the protocol (differential privacy of what an honest node sends; robust aggregation)
 ALL_THREATS: tuple[str, ...] = (*PASSIVE_THREATS, "active")
+
+
+@functools.lru_cache(maxsize=256)
+def _init_signature(init: Any) -> inspect.Signature:
+    """The signature of a defense's ``__init__`` (cached: every copy of a defense — the defense
+    oracle deep-copies its instances for each query — goes through :meth:`Defense.__new__`)."""
+    return inspect.signature(init)
 
 
 class Defense(DefenseHooks):
@@ -83,14 +91,15 @@ class Defense(DefenseHooks):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Defense:
         self = super().__new__(cls)
+        signature = _init_signature(cls.__init__)
         try:
-            bound = inspect.signature(cls.__init__).bind(self, *args, **kwargs).arguments
+            bound = signature.bind(self, *args, **kwargs).arguments
         except TypeError:
             self.init_params = None
             return self
         params: dict[str, Any] = {}
         for i, (key, value) in enumerate(bound.items()):
-            kind = inspect.signature(cls.__init__).parameters[key].kind
+            kind = signature.parameters[key].kind
             if i == 0 or kind is inspect.Parameter.VAR_POSITIONAL:
                 continue
             params.update(value if kind is inspect.Parameter.VAR_KEYWORD else {key: value})
@@ -102,8 +111,25 @@ class Defense(DefenseHooks):
         self.run = run
 
     def generator(self, tag: str, device: torch.device | str) -> torch.Generator:
-        """A generator for the defense's own randomness, seeded from the run's seed and ``tag``
-        (independent of every other stream of the run)."""
+        """The stream ``tag`` of the defense's own randomness: made on the first call, seeded from
+        the run's seed and ``tag`` (independent of every other stream of the run), and the *same*
+        generator on every later call with that tag and device — so noise drawn as
+        ``torch.randn(…, generator=self.generator("noise", dev))`` in every round is fresh in
+        every round, and the same seed still gives the same run. (Until 2026-11 each call made a
+        new generator at the tag's seed: the same noise every round, which cancels in any
+        difference of two messages.) For a draw that must be a pure function of the seed and a
+        key — e.g. the noise of round ``t``, which a fresh instance in the channel audit recomputes
+        — use :meth:`generator_at` with the key in the tag."""
+        streams: dict[tuple[str, str], torch.Generator] = self.__dict__.setdefault("_streams", {})
+        key = (tag, str(torch.device(device)))
+        if key not in streams:
+            streams[key] = self.generator_at(tag, device)
+        return streams[key]
+
+    def generator_at(self, tag: str, device: torch.device | str) -> torch.Generator:
+        """A new generator at the seed of ``tag`` (``derive_seed(run.seed, "defense:" + tag)``) on
+        every call: the same numbers each time; keep it, or put what changes (the round) in the
+        tag."""
         return torch.Generator(device=device).manual_seed(derive_seed(self.run.seed, f"defense:{tag}"))
 
     def applies_to(self, name: str, protocol: Protocol) -> str | None:

@@ -103,7 +103,7 @@ class DPFedAvg(DPDefense):
                 return out
             # the server's noise of round t: a function of the seed and t (no stream carried from
             # call to call), so an aggregation recomputed alone gives the same (bench.runner.audit)
-            gen = self.generator(f"dp_fedavg:noise:{ctx.round}", out.device)
+            gen = self.generator_at(f"dp_fedavg:noise:{ctx.round}", out.device)
             z = torch.normal(0.0, 1.0, size=out.shape, generator=gen, dtype=out.dtype, device=out.device)
             return out + z * (self.sigma * self.clip_norm / self.clients)
 

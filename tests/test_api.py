@@ -112,3 +112,16 @@ def test_load_leaderboard_is_the_pages_tables() -> None:
         assert list(ranked["rank"]) == sorted(ranked["rank"]), track
     with pytest.raises(BenchInputError, match="no such folder"):
         bench.load_leaderboard(suite="no_such_suite")
+
+
+def test_a_leaky_defense_is_ranked_against_the_committed_entries(own_module, tmp_path: Path) -> None:
+    """A defense that hides nothing is not "rank 1" because the store holds only itself: by
+    default it is ranked against the committed entries and the undefended run (issue 38 item 7)."""
+    leaky = own_module.ApiTestNoise(scale=1e-6)
+    row = bench.evaluate_defense(leaky, tasks=[TASK], seeds=1, out=tmp_path)
+    assert len(row) == 1 and row["track_status"].iloc[0] == "ranked"
+    assert int(row["rank"].iloc[0]) > 1  # committed defenses that hide something rank above it
+    alone = bench.evaluate_defense(leaky, tasks=[TASK], seeds=1, out=tmp_path, against=None)
+    assert alone["track_status"].iloc[0] == "no reference run"
+    with pytest.raises(BenchInputError, match="against"):
+        bench.evaluate_defense(leaky, tasks=[TASK], seeds=1, out=tmp_path, against=tmp_path / "none")

@@ -5,6 +5,7 @@ from bench.attacks import (  # noqa: F401  (registration)
     analytic,
     dgd_knowledge,
     dlg,
+    first_layer,
     gossip_knowledge,
     gradient_recovery,
     inversion,

@@ -104,6 +104,9 @@ class AnalyticLogReg(Attack):
 
     threats = ("server", "eavesdropper", "neighbors")
     metrics = ("input_mse",)
+    protocols = ("fedsgd", "dpsgd")
+    models = ("logreg",)
+    one_sample = True
 
     def __init__(
         self,
@@ -198,6 +201,8 @@ class AnalyticLogReg(Attack):
 class AnalyticLogRegAggregate(AnalyticLogReg):
     """:class:`AnalyticLogReg` with ``aggregate=True``: the ratio ``∇_{W_c}ℓ / ∂ℓ/∂b_c`` of the
     aggregate gradient (:mod:`bench.attacks.aggregate`), returned for every pooled sample."""
+
+    one_sample = False
 
     def __init__(
         self, rounds: list[int] | tuple[int, ...] = (0,), kind: str = "gradient", samples_per_node: int = 1

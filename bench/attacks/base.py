@@ -148,11 +148,27 @@ class Attack(ABC):
         What kind of attack it is, for the page's filters: ``gradient inversion`` (optimization
         or analytic, of gradients, updates or messages), ``membership inference`` or
         ``linear-algebra reconstruction`` (knowledge-matrix and local-model decoders).
+    protocols:
+        Protocols (``bench.protocols`` names) whose transcripts it reads; empty: any.
+    models:
+        Registered model names it needs (e.g. ``logreg`` for the analytic logistic-regression
+        attacks); empty: any.
+    first_layer:
+        It needs a model whose first layer is a ``Linear`` with bias on the flattened input.
+    one_sample:
+        It needs one sample per observed gradient (``batch_size = 1``, or one sample per node).
+
+    The last four say where the attack applies: :mod:`bench.attacks.applicability` reads them to
+    list, per track, the registered attacks that apply and are not run.
     """
 
     threats: ClassVar[tuple[str, ...]] = ()
     metrics: ClassVar[tuple[str, ...]] = ()
     family: ClassVar[str] = "gradient inversion"
+    protocols: ClassVar[tuple[str, ...]] = ()
+    models: ClassVar[tuple[str, ...]] = ()
+    first_layer: ClassVar[bool] = False
+    one_sample: ClassVar[bool] = False
 
     @abstractmethod
     def requirements(self) -> Requirement:

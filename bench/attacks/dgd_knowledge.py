@@ -155,6 +155,7 @@ class DGDKnowledgeMatrix(Attack):
 
     threats = ("neighbors",)
     metrics = ("psnr_success",)
+    protocols = ("dpsgd",)
     family = "linear-algebra reconstruction"
 
     def __init__(

@@ -125,6 +125,7 @@ class DLG(Attack):
     """
 
     threats = ("server", "eavesdropper", "neighbors")
+    protocols = ("fedsgd", "dpsgd")
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
 
     def __init__(

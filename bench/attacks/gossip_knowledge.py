@@ -71,6 +71,7 @@ class GossipKnowledgeMatrix(Attack):
 
     threats = ("neighbors",)
     metrics = ("reconstructed_fraction",)
+    protocols = ("gossip_averaging",)
     family = "linear-algebra reconstruction"
 
     def __init__(

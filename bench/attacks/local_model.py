@@ -72,6 +72,7 @@ class LocalModelReconstruction(Attack):
 
     threats = ("server", "eavesdropper")
     metrics = ("local_model_accuracy",)
+    protocols = ("fedavg",)
     family = "linear-algebra reconstruction"
 
     def __init__(

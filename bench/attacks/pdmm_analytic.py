@@ -87,6 +87,9 @@ class PDMMAnalyticLogReg(Attack):
 
     threats = ("eavesdropper",)
     metrics = ("input_mse",)
+    protocols = ("pdmm", "pdmm_centralized")
+    models = ("logreg",)
+    one_sample = True
 
     def __init__(
         self,

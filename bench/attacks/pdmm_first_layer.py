@@ -54,6 +54,8 @@ class PDMMAnalyticFirstLayer(PDMMAnalyticLogReg):
     """
 
     metrics = ("image_ssim", "image_psnr")
+    models = ()
+    first_layer = True
 
     def __init__(self, window: int = FIRST_LAYER_WINDOW, **params: object) -> None:
         super().__init__(window=window, **params)  # type: ignore[arg-type]

@@ -42,6 +42,7 @@ class TrapInversion(Attack):
 
     threats = ("active",)
     metrics = ("image_ssim", "image_psnr")
+    protocols = ("dpsgd",)
 
     def __init__(
         self,

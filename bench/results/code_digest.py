@@ -38,6 +38,7 @@ PRESENTATION = (
     "data/cli.py",
     "spec_reference.py",
     "defense_source.py",
+    "api.py",
 )
 
 

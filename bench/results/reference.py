@@ -31,7 +31,8 @@ import pandas as pd
 
 from bench.results.record import JobResult
 
-#: the defense label whose runs are the undefended baseline of a track (and carry the reference)
+#: the defense label whose runs are the undefended baseline of a track; their jobs also compute
+#: the task's central reference utility (:meth:`~bench.runner.truth.Scorer.reference`, once per seed)
 BASELINE_DEFENSE = "none"
 #: the metric of an undefended job holding the task's central reference utility
 REFERENCE_METRIC = "utility_reference"

@@ -36,6 +36,7 @@ from bench.registry_utils import call_with_params
 from bench.results.code_digest import attack_digest, engine_digest
 from bench.results.provenance import provenance, spec_hash
 from bench.results.record import AttackOutcome, JobResult
+from bench.results.reference import BASELINE_DEFENSE
 from bench.runner import isolation
 from bench.runner.adaptive import PlannedAttack, attack_indices, with_adaptive
 from bench.runner.attack_worker import attack as attack_entry
@@ -198,7 +199,7 @@ def run_job(
             "rounds": float(int(sim.get("rounds", 0))),
             "evaluations": float(int(sim.get("evaluations", 0))),
         }
-        if spec.defense.name == REFERENCE_DEFENSE and task.utility.reference == "central":
+        if spec.defense.name == BASELINE_DEFENSE and task.utility.reference == "central":
             found = scorer.reference(task.utility.metric, task.utility.higher_is_better)
             if found is not None:
                 metrics["utility_reference"], metrics["utility_reference_lr"] = found
@@ -252,10 +253,6 @@ def run_job(
             provenance={**prov, "traceback": detail},
         )
 
-
-#: the defense whose jobs also compute the task's central reference utility
-#: (:meth:`~bench.runner.truth.Scorer.reference`): the undefended run, once per seed
-REFERENCE_DEFENSE = "none"
 
 #: the share of send-side hook calls whose row-locality a job checks beyond each hook's first
 #: call (drawn from OS entropy)

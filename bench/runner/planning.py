@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from bench.attacks import Attack, build_attack
+from bench.attacks.applicability import family_attacks
 from bench.errors import BenchInputError
 from bench.runner.adaptive import PlannedAttack
 from bench.simulation.config import SimulationConfig
@@ -15,7 +16,9 @@ from bench.specs import TaskSpec
 
 def build_attacks(task: TaskSpec) -> dict[str, list[tuple[str, dict[str, Any], Attack]]]:
     """``threat -> [(attack name, params, attack)]`` for a task, checking every attack applies to
-    its threat model (a mismatch is an input error naming the attack and the valid threats)."""
+    its threat model (a mismatch is an input error naming the attack and the valid threats);
+    after the task's own, the attacks declared for its model family that apply to the threat
+    and are not listed (:func:`bench.attacks.applicability.family_attacks`)."""
     out: dict[str, list[tuple[str, dict[str, Any], Attack]]] = {}
     for th in task.threats:
         attacks = []
@@ -28,6 +31,8 @@ def build_attacks(task: TaskSpec) -> dict[str, list[tuple[str, dict[str, Any], A
                     reason=f"applies to threat models {', '.join(attack.threats)} only",
                 )
             attacks.append((a.name, dict(a.params), attack))
+        for f in family_attacks(task, th.name, {a.name for a in th.attacks}):
+            attacks.append((f.name, dict(f.params), build_attack(f.name, **f.params)))
         out[th.name] = attacks
     return out
 

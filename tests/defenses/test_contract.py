@@ -142,3 +142,33 @@ def test_every_defense_claims_registered_threat_models():
         assert claims and set(claims) <= set(THREATS.names()), name
     active = {n for n in DEFENSES.names() if "active" in DEFENSES.get(n).threats}
     assert active == {"none", "dp_sgd", "scc"}
+
+
+def test_the_generator_of_a_tag_is_a_stream_and_generator_at_repeats():
+    """``self.generator(tag)`` called every round gives fresh numbers every round (the stream
+    continues), the same seed the same run; ``generator_at`` restarts at the tag's seed."""
+    from dataclasses import replace
+
+    from bench.defenses_api import Defense
+    from bench.simulation.hooks import RunInfo
+
+    class Plain(Defense):
+        pass
+
+    info = RunInfo(
+        3, 2, 4, "fedsgd", ("gradient",), 1, 1, 1, None, (1, 1), torch.float64, torch.device("cpu")
+    )
+
+    def draws(seed: int) -> list[torch.Tensor]:
+        d = Plain()
+        d.bind(replace(info, seed=seed))
+        return [torch.randn(4, generator=d.generator("noise", "cpu")) for _ in range(3)]
+
+    a, b = draws(3), draws(3)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))  # reproducible
+    assert not torch.equal(a[0], a[1]) and not torch.equal(a[1], a[2])  # fresh every call
+    assert not torch.equal(a[0], draws(4)[0])  # the seed matters
+    d = Plain()
+    d.bind(info)
+    at = [torch.randn(4, generator=d.generator_at("noise", "cpu")) for _ in range(2)]
+    assert torch.equal(at[0], at[1]) and torch.equal(at[0], a[0])

@@ -50,12 +50,12 @@ def _views(
     if shift:
         nd = sim.node_data
         nd.x[1, : int(nd.counts[1])] += shift
-    original = Defense.generator
+    original = Defense.generator_at  # every stream starts there (Defense.generator)
 
     def salted(self: Defense, tag: str, device: torch.device | str) -> torch.Generator:
         return torch.Generator(device=device).manual_seed(derive_seed(self.run.seed, f"defense:{tag}{salt}"))
 
-    Defense.generator = salted  # type: ignore[method-assign]
+    Defense.generator_at = salted  # type: ignore[method-assign]
     try:
         for _ in range(sim.config.rounds):
             sim.run_round(sim.batch(sim.round_index))
@@ -63,7 +63,7 @@ def _views(
                 break
         sim.finish()
     finally:
-        Defense.generator = original  # type: ignore[method-assign]
+        Defense.generator_at = original  # type: ignore[method-assign]
     return {name: [m.payload.clone() for m in sim.transcript.messages[name]] for name in threats}
 
 

@@ -77,6 +77,7 @@ class BatchedDLG(Attack):
     """
 
     threats = ("server", "eavesdropper", "neighbors")
+    protocols = ("fedsgd", "dpsgd")
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
 
     def __init__(

@@ -76,6 +76,7 @@ class InvertingGradients(Attack):
     """
 
     threats = ("server", "eavesdropper", "neighbors")
+    protocols = ("fedsgd", "dpsgd")
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
 
     def __init__(

@@ -335,6 +335,7 @@ class FedAvgUpdateInversion(Attack):
 
     threats = ("server", "eavesdropper")
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
+    protocols = ("fedavg",)
 
     def __init__(
         self,

@@ -95,6 +95,7 @@ class PDMMInversion(Attack):
 
     threats: ClassVar[tuple[str, ...]] = ("eavesdropper",)
     metrics: ClassVar[tuple[str, ...]] = ("image_ssim", "image_psnr", "label_accuracy")
+    protocols: ClassVar[tuple[str, ...]] = ("pdmm", "pdmm_centralized")
 
     def __init__(
         self,

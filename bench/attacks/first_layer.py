@@ -1,0 +1,130 @@
+"""Analytic input recovery through a biased first layer from one node's one-sample gradient.
+
+For a first layer ``z = W x + b`` on the (flattened) input and one sample, the gradient rows are
+``(∇W_j, ∇b_j) = δ_j (xᵀ, 1)`` with ``δ_j = ∂ℓ/∂z_j``, whatever follows the layer: the input is
+``∇W_j / ∇b_j`` for any unit with ``∇b_j ≠ 0`` (Phong, Aono, Hayashi, Wang & Moriai, "Privacy-
+preserving deep learning via additively homomorphic encryption", IEEE TIFS 2018, §3.2, the
+single-neuron and multi-layer cases). It needs no optimization and no prior, and reads the same
+quantity as DLG and Inverting Gradients — one node's gradient of one round
+(:func:`~bench.attacks.targets.gradient_targets`: a FedSGD upload, or a D-PSGD neighbour's
+update turned into its gradient) — so it applies to every track of a model with a biased first
+layer and one sample per gradient (declared once for that model family:
+:mod:`bench.attacks.applicability`).
+
+The estimate of pixel ``i`` is the least-squares ratio over the units where both entries were
+*observed* (non-zero):
+
+    x̂_i = Σ_{j ∈ S_i} ∇b_j ∇W_ji / Σ_{j ∈ S_i} ∇b_j²,   S_i = {j : ∇b_j ≠ 0, ∇W_ji ≠ 0},
+
+and ``x̂_i = 0`` where ``S_i`` is empty. On an undefended gradient ``S_i`` is every unit with
+``δ_j ≠ 0`` (or none, when ``x_i = 0``), so the estimate is exact; under additive noise it is the
+least-squares fit of ``δ (xᵀ, 1)`` per pixel, which averages the noise over the units; under a
+sparsification (a coordinate dropped is an exact zero) a dropped entry is treated as missing
+rather than as ``x_i = 0`` — the choice that makes the attack see through keeping a random or
+largest fraction of the coordinates (``observed="nonzero"``; ``observed="all"`` uses every unit
+with ``∇b_j ≠ 0``, the plain least squares). The label is read by iDLG (Zhao et al. 2020) from
+the same gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from bench.attacks import gradients
+from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
+from bench.attacks.dlg import idlg_label
+from bench.attacks.targets import NODE_SOURCES, gradient_targets, source_kinds, source_rounds
+from bench.errors import require
+from bench.registry_utils import require_choice
+from bench.simulation.flat import ParamSlot
+from bench.threats import View
+
+#: the entries a ratio is taken over (module docstring)
+OBSERVED = ("nonzero", "all")
+
+
+def first_linear(view: View) -> tuple[ParamSlot, ParamSlot]:
+    """The weight ``[H, D]`` and bias ``[H]`` slots of the model's first layer, which must be a
+    ``Linear`` with bias on the flattened input (its parameters first in the flat vector)."""
+    model, shape = gradients.flat_model(view), gradients.input_shape(view)
+    if len(model.slots) < 2:
+        raise AttackError("first_layer_inversion needs a first Linear layer with a bias")
+    w, b = model.slots[:2]
+    if len(w.shape) != 2 or tuple(b.shape) != tuple(w.shape[:1]) or w.shape[1] != math.prod(shape):
+        raise AttackError(
+            "first_layer_inversion needs a model whose first layer is a Linear with bias on the "
+            f"flattened input; its first parameters have shapes {tuple(w.shape)} and {tuple(b.shape)}"
+        )
+    return w, b
+
+
+def first_layer_estimate(g_w: torch.Tensor, g_b: torch.Tensor, observed: str = "nonzero") -> torch.Tensor:
+    """``x̂ [V, D]`` from first-layer gradients ``g_w [V, H, D]`` and ``g_b [V, H]`` (module
+    docstring's least squares over the observed entries)."""
+    b = g_b.unsqueeze(-1)  # [V, H, 1]
+    mask = (b != 0) & ((g_w != 0) if observed == "nonzero" else torch.ones_like(g_w, dtype=torch.bool))
+    num = torch.where(mask, b * g_w, 0).sum(1)
+    den = torch.where(mask, b * b, 0).sum(1)
+    return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0)
+
+
+@ATTACKS.register(
+    "first_layer_inversion",
+    "x = ∇W_j / ∇b_j of a biased first layer from one node's one-sample gradient (Phong et al. 2018)",
+)
+class FirstLayerInversion(Attack):
+    """Recover each victim's sample from the first-layer rows of its one-sample gradient
+    (module docstring: Phong et al. 2018, §3.2), all victims at once; labels by iDLG.
+
+    Parameters
+    ----------
+    rounds:
+        Rounds whose gradients are attacked.
+    source:
+        Where the gradients are read (:data:`~bench.attacks.targets.NODE_SOURCES`; ``"auto"``: a
+        FedSGD upload, or a D-PSGD neighbour's recovered gradient for a ``neighbors`` view).
+    observed:
+        ``"nonzero"`` (default) or ``"all"``: the entries each pixel's ratio is taken over.
+    """
+
+    threats = ("server", "eavesdropper", "neighbors")
+    metrics = ("image_ssim", "image_psnr", "label_accuracy")
+    protocols = ("fedsgd", "dpsgd")
+    one_sample = True
+    first_layer = True
+
+    def __init__(
+        self, rounds: list[int] | tuple[int, ...] = (0,), source: str = "auto", observed: str = "nonzero"
+    ) -> None:
+        ok = isinstance(rounds, (list, tuple)) and all(isinstance(t, int) and t >= 0 for t in rounds)
+        require(ok and len(rounds) > 0, "attack.rounds", rounds, "must be a non-empty list of round indices")
+        self.rounds = [int(t) for t in rounds]
+        self.source = require_choice(source, NODE_SOURCES, "attack.source")
+        self.observed = require_choice(observed, OBSERVED, "attack.observed")
+
+    def requirements(self) -> Requirement:
+        return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
+
+    def run(self, view: View) -> list[Reconstruction]:
+        batch = gradients.knowledge(view, "hyperparameters").get("batch_size")
+        if isinstance(batch, int) and batch > 1:
+            raise AttackError(f"first_layer_inversion needs one sample per gradient, not batches of {batch}")
+        targets = [tg for t in self.rounds for tg in gradient_targets(view, t, self.source)]
+        if not targets:
+            raise AttackError("no gradient of the attacked rounds in the View")
+        w, b = first_linear(view)
+        shape = gradients.input_shape(view)
+        g = torch.stack([tg.grad for tg in targets])  # [V, P]: every victim at once
+        g_w = g[:, w.offset : w.offset + w.numel].reshape(len(targets), *w.shape)
+        g_b = g[:, b.offset : b.offset + b.numel]
+        x = first_layer_estimate(g_w, g_b, self.observed).reshape(len(targets), 1, *shape)
+        model, loss = gradients.flat_model(view), gradients.loss_name(view)
+        labels = [idlg_label(model, tg.grad, loss) for tg in targets]
+        out = []
+        for i, tg in enumerate(targets):
+            y = None if labels[i] is None else torch.tensor([int(labels[i])])
+            units = float((g_b[i] != 0).sum())
+            out.append(Reconstruction(tg.node, tg.round, x=x[i], y=y, extra={"units": units}))
+        return out
