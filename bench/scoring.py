@@ -19,11 +19,13 @@ the store and are listed by :func:`superseded_versions`.
   not attack-only, and the undefended run reaches its stated fraction of the task's central
   reference utility), among entries with at least one successful seed, a privacy score, a
   utility that keeps the track's floor (``utility_mean ≥ floor``, ``≤`` for a lower-is-better
-  metric; the floor is a fraction of the reference where the task declares one), and no job
-  refused by the channel audit (:mod:`bench.runner.audit`), by ``privacy_mean`` descending,
+  metric; the floor is a fraction of the reference where the task declares one), no job
+  refused by the channel audit (:mod:`bench.runner.audit`), and — for a committed entry — every
+  job its suite plans for its defense (not ``partial``: :mod:`bench.leaderboard.coverage`), by
+  ``privacy_mean`` descending,
   ties broken by utility (better first), then by label (so ranks are ``1..k``,
   deterministic). Other entries are listed with rank ``<NA>``.
-- The **Pareto front** of a track: the entries not dominated in ``(privacy_mean,
+- The **Pareto front** of a track: the entries (not partial) not dominated in ``(privacy_mean,
   utility_mean)``, whether or not they keep the floor.
 """
 
@@ -86,6 +88,7 @@ BASE_COLUMNS: tuple[str, ...] = (
     "worst_attack",
     "claimed",
     "refused",
+    "partial",
 )
 
 #: the metric holding a membership attack's empirical ε lower bound (:mod:`bench.metrics.membership`)
@@ -142,6 +145,8 @@ class _Entry:
     claimed: bool = True
     #: a job of the entry was refused by the channel audit
     refused: bool = False
+    #: the entry misses jobs of its suite (``provenance["coverage"]``): why, or ``""``
+    partial: str = ""
 
 
 def _task_threats(results: list[JobResult]) -> dict[str, list[str]]:
@@ -183,7 +188,9 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         claims to address the track's threat model: ``provenance["claims"]``, the defense's
         :attr:`~bench.defenses_api.Defense.threats`; a job without the record counts as claiming),
         ``above_floor`` (bool) and ``rank`` (``Int64``, 1 = best, ``<NA>`` unranked: below the
-        floor, not claimed, or without a successful seed or attack). ``df.attrs["track_attacks"]``
+        floor, not claimed, refused, partial, or without a successful seed or attack);
+        ``partial`` (str): why a committed entry does not cover its suite, or ``""``.
+        ``df.attrs["track_attacks"]``
         maps each track to the attacks of its suite. A job fails on every track of its task; the
         tracks of a task are the threats named by any of its jobs.
 
@@ -212,6 +219,8 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             claims = r.provenance.get("claims")
             if claims is not None and threat != NO_THREAT and threat not in claims:
                 e.claimed = False
+            if coverage := r.provenance.get("coverage"):
+                e.partial = str(coverage)  # an entry missing jobs of its suite: never ranked
             outcomes = [a for a in r.attacks if a.threat == threat]
             suites[track_id(r.task, threat)].update(a.attack for a in outcomes)
             if r.status != "ok":
@@ -280,6 +289,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         row["worst_attack"] = worst_attack({a: _mean(v) for a, v in e.leakage.items()})
         row["claimed"] = e.claimed
         row["refused"] = e.refused
+        row["partial"] = e.partial
         rows.append(row)
 
     columns = [*BASE_COLUMNS, *(LEAKAGE_PREFIX + a for a in attacks), "above_floor", "rank"]
@@ -291,6 +301,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             "last_failure": "object",
             "claimed": "bool",
             "refused": "bool",
+            "partial": "object",
             "epsilon_basis": "object",
         }
     )
@@ -314,6 +325,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             & (group["track_status"] == RANKED)
             & group["claimed"]
             & ~group["refused"]
+            & (group["partial"] == "")
             & (group["seeds"] >= 1)
             & group["privacy_mean"].notna()
         ]
@@ -379,12 +391,14 @@ def pareto_front(df_track: pd.DataFrame) -> list[str]:
     -------
     list[str]
         Labels of the entries with both means defined, whose defense claims the track's threat
-        model, for which no other such entry is at least as good in both and strictly better in
-        one — utility in the metric's direction (``higher_is_better``: a lower loss is better);
+        model, that cover their suite (not ``partial``), for which no other such entry is at least
+        as good in both and strictly better in one — utility in the metric's direction
+        (``higher_is_better``: a lower loss is better);
         by privacy descending, then utility best first.
     """
     claimed = df_track["claimed"] if "claimed" in df_track.columns else True
-    ok = df_track[df_track["privacy_mean"].notna() & df_track["utility_mean"].notna() & claimed]
+    complete = df_track["partial"] == "" if "partial" in df_track.columns else True  # not partial
+    ok = df_track[df_track["privacy_mean"].notna() & df_track["utility_mean"].notna() & claimed & complete]
     higher = "higher_is_better" not in ok.columns or not len(ok) or bool(ok["higher_is_better"].iloc[0])
     sign = 1.0 if higher else -1.0  # utility compared as "larger is better"
     points = [

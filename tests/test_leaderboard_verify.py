@@ -238,7 +238,9 @@ def test_a_rerun_on_another_kind_of_machine_keeps_the_entry(entry_file: Path, tm
     assert source != "undeclared" and entry.defense.description  # gaussian_noise declares both
 
     def export(results: list) -> list[Path]:
-        return files.export(results, entry.suite.name, tasks, entries, declared)
+        return files.export(
+            results, entry.suite.name, tasks, entries, declared, expected=lambda e: entry.suite.expected
+        )
 
     assert export(rerun(entry)) == []  # reproduced: left as it is
     assert export(rerun(entry, "Another CPU", shift=0.25)) == []  # rounding elsewhere: left

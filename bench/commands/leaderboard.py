@@ -10,6 +10,7 @@ from typing import Any
 from bench.commands import COMMANDS
 from bench.errors import BenchInputError
 from bench.leaderboard import DEFAULT_TOLERANCE
+from bench.leaderboard.coverage import gap
 
 
 @COMMANDS.register("leaderboard", "export, validate and build the committed leaderboard entries")
@@ -37,7 +38,17 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out else _runs_folder(store_url, root)
         declarations = files.declared_isolated(root)  # plugin code runs in a sandboxed child only
         strict = not args.allow_uncommitted
-        paths = files.export(results, suite.name, tasks, entries, declarations, out, require_declared=strict)
+        from bench.leaderboard.coverage import expected_jobs
+
+        def expected(entry: Any) -> dict[str, list[int]] | None:  # what the suite plans for the defense
+            try:
+                return expected_jobs(root, suite.name, entry.defense.name, dict(entry.defense.params))
+            except BenchInputError:  # not a plugin of this root: recorded as unknown (partial)
+                return None
+
+        paths = files.export(
+            results, suite.name, tasks, entries, declarations, out, require_declared=strict, expected=expected
+        )
         labels = len({r.defense for r in results if r.task in set(tasks)})
         kept = labels - len(paths)
         note = f", {kept} unchanged (their results reproduced)" if kept > 0 else ""
@@ -46,7 +57,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     paths = _selected(args, entries, root)
     if args.action == "validate":
         checked = files.validate(paths, require_declared=not args.allow_uncommitted)
-        print(f"{len(checked)} entries valid: schema and recomputed numbers agree")
+        _check_coverage(checked, paths, root)
+        partial = sum(1 for e in checked if gap(e))
+        note = f" ({partial} partial: shown, not ranked)" if partial else ""
+        print(f"{len(checked)} entries valid: schema, recomputed numbers and suite coverage agree{note}")
         return 0
     if args.action == "verify":
         return _verify(args, paths, root, entries)
@@ -108,6 +122,15 @@ def _selected(args: argparse.Namespace, entries: Path, root: Path) -> list[Path]
     return files.entry_paths(entries)
 
 
+def _check_coverage(checked: list[Any], paths: list[Path], root: Path) -> None:
+    """Refuse entries whose recorded suite coverage is not the suite's plan for their defense."""
+    from bench.leaderboard.coverage import coverage_problems
+
+    problems = coverage_problems(checked, paths, root)
+    if problems:
+        raise BenchInputError("suite.expected", f"{len(problems)} entries", reason="; ".join(problems))
+
+
 def _verify(args: argparse.Namespace, paths: list[Path], root: Path, entries: Path) -> int:
     from bench.leaderboard import files
     from bench.leaderboard.verify import verify_entry
@@ -120,6 +143,7 @@ def _verify(args: argparse.Namespace, paths: list[Path], root: Path, entries: Pa
     if args.record:  # refused before any job runs
         files.verification_commit(root, entries, args.allow_uncommitted)
     checked = files.validate(paths)
+    _check_coverage(checked, paths, root)
     failed = 0
     for path, entry in zip(paths, checked, strict=True):
         report = verify_entry(

@@ -130,6 +130,12 @@ class DefenseInfo(_Strict):
 class SuiteInfo(_Strict):
     name: str
     spec_hashes: dict[str, str] = Field(description="task -> spec hash of the jobs aggregated")
+    expected: dict[str, list[int]] | None = Field(
+        None,
+        description="task -> seeds the suite plans for this defense configuration (every task it "
+        "applies to, the suite's seeds); derived again by validate and verify. An entry missing any "
+        "is partial and not ranked; null (not recorded) counts as partial.",
+    )
 
 
 class BenchInfo(_Strict):

@@ -15,6 +15,7 @@ import os
 import platform
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,8 +138,13 @@ def export(
     declarations: dict[str, dict[str, Any]],
     out_dir: Path | None = None,
     require_declared: bool = True,
+    expected: Callable[[Entry], dict[str, list[int]] | None] | None = None,
 ) -> list[Path]:
     """Write ``folder/<suite>/<defense-id>.json`` for every defense label; returns the paths written.
+
+    ``expected`` gives each entry's ``suite.expected`` (what the suite plans for its defense:
+    :func:`bench.leaderboard.coverage.expected_jobs`); without it the entries record none (and
+    are shown as partial).
 
     With ``require_declared`` (unless ``--allow-uncommitted``) nothing is written while an entry
     has a :func:`declaration_problems` problem: an input error names each defense and what it lacks.
@@ -160,11 +166,15 @@ def export(
         why = "; ".join(problems) + " (--allow-uncommitted for a local look)"
         raise BenchInputError("leaderboard export", suite, reason=why)
     for entry in built:
+        if expected is not None:
+            suite_info = entry.suite.model_copy(update={"expected": expected(entry)})
+            entry = entry.model_copy(update={"suite": suite_info})
         path = folder / suite / f"{defense_id(entry.defense.label)}.json"
         if path.is_file():
             try:
                 old = load_entry(path)
-                if same_jobs(old, entry) and (not same_hardware(old, entry) or same_results(old, entry)):
+                same = same_jobs(old, entry) and old.suite.expected == entry.suite.expected
+                if same and (not same_hardware(old, entry) or same_results(old, entry)):
                     continue  # and its images stay as they are
             except BenchInputError:
                 pass  # an unreadable or invalid file is replaced
@@ -189,8 +199,16 @@ def load_entry(path: Path) -> Entry:
 
 
 def jobs_of(entry: Entry) -> list[JobResult]:
+    """The entry's jobs as records; a partial entry's carry ``provenance["coverage"]`` (what it
+    misses, :func:`bench.leaderboard.coverage.gap`), which keeps it out of the ranking."""
+    from bench.leaderboard.coverage import gap
+
     d = entry.defense
-    return [restore(j, d.label, d.name, d.params) for j in entry.jobs]
+    jobs = [restore(j, d.label, d.name, d.params) for j in entry.jobs]
+    if why := gap(entry):
+        for r in jobs:
+            r.provenance["coverage"] = why
+    return jobs
 
 
 def _close(a: float | None, b: float | None) -> bool:

@@ -62,6 +62,8 @@ def rows(
         if not ranked:
             if bool(rec.get("refused", False)):
                 note = "refused by the channel audit"
+            elif str(rec.get("partial") or ""):
+                note = f"partial entry: {rec['partial']}"
             elif int(rec.get("seeds", 0)) < 1:
                 note = "no successful seed"
             elif not bool(rec.get("claimed", True)):

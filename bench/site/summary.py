@@ -5,7 +5,7 @@ defense label and one column per ranked track (in the page's order: headline tra
 cell holds the entry's rank ``k`` on the track and is coloured against the undefended run
 (``none``) of the same track: *better* where ``k`` is smaller than the undefended run's rank (it
 hides more, or as much at higher utility), *worse* where larger. ``—`` marks an entry on the
-track but unranked (below the floor, a refused job), ``n/c`` one whose defense does not claim
+track but unranked (below the floor, a refused job, a partial entry), ``n/c`` one whose defense does not claim
 the track's threat model (not counted in the worst case), a blank cell a defense that does not
 apply. The last column is the entry's worst case across the ranked tracks it runs on: the
 tracks where it is unranked, else the one where its rank is the largest fraction ``k / n`` of
