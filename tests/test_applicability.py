@@ -58,16 +58,75 @@ def test_the_first_layer_attack_runs_on_every_one_sample_mlp_track():
 
 def test_the_first_layer_estimate_is_exact_and_sees_through_sparsification():
     """``δ (xᵀ, 1)`` rows give ``x`` exactly (float64); with 90 % of the coordinates dropped at
-    random and the rest rescaled, the pixels some kept unit still carries are exact."""
+    random and the rest rescaled, the rank-one completion recovers nearly every non-zero pixel
+    exactly, where the ratio alone recovers only those of units that kept their bias entry."""
     gen = torch.Generator().manual_seed(0)
     x = torch.rand(3, 64, generator=gen, dtype=torch.float64)
     x[:, :10] = 0  # blank pixels
     delta = torch.randn(3, 100, generator=gen, dtype=torch.float64)
+    delta[:, 50:] = 0  # inactive ReLU units
     g_w, g_b = delta[..., None] * x[:, None, :], delta
     torch.testing.assert_close(first_layer_estimate(g_w, g_b), x, rtol=1e-12, atol=1e-12)
     keep_w = torch.rand(g_w.shape, generator=gen) < 0.1
     keep_b = torch.rand(g_b.shape, generator=gen) < 0.1
-    est = first_layer_estimate(torch.where(keep_w, 10 * g_w, 0), torch.where(keep_b, 10 * g_b, 0))
-    seen = (keep_w & keep_b[..., None]).any(1)  # a unit with both entries kept
-    torch.testing.assert_close(est[seen], x[seen], rtol=1e-12, atol=1e-12)
-    assert seen[:, 10:].float().mean() > 0.5  # expected 1 − 0.99¹⁰⁰ ≈ 0.63 of the pixels
+    masked = torch.where(keep_w, 10 * g_w, 0), torch.where(keep_b, 10 * g_b, 0)
+    nonzero = x != 0
+
+    def exact(est: torch.Tensor) -> float:
+        return float(((est - x).abs() < 1e-9)[nonzero].double().mean())
+
+    assert exact(first_layer_estimate(*masked)) > 0.95
+    assert exact(first_layer_estimate(*masked, iterations=0)) < 0.6  # Phong et al.'s ratio alone
+
+
+MASK_MODULE = '''
+"""Keep each gradient coordinate with probability 0.1 and rescale by 10 (issue 38 item 2)."""
+
+import torch
+
+from bench.defenses_api import DEFENSES, Defense
+
+
+@DEFENSES.register("random_mask_test", "random coordinate mask, rescaled (test)")
+class RandomMask(Defense):
+    source = "original"
+    summary = "Keeps each gradient coordinate with probability p and rescales it by 1/p."
+
+    def __init__(self, p: float = 0.1) -> None:
+        self.p = float(p)
+
+    def local_gradients(self, grads, ctx):
+        gen = self.generator("mask", grads.device)
+        keep = torch.rand(grads.shape, generator=gen, device=grads.device) < self.p
+        return torch.where(keep, grads / self.p, torch.zeros_like(grads))
+'''
+
+
+def test_the_first_layer_attack_breaks_a_random_mask_that_hides_from_the_matching_attacks(tmp_path: Path):
+    """The issue's defense: every matching attack of the track fell below the blank guess, yet the
+    first-layer ratio reads the input off the kept coordinates."""
+    import importlib.util
+    import sys
+
+    import bench
+    from bench.defenses_api import DEFENSES
+
+    path = tmp_path / "random_mask_test.py"
+    path.write_text(MASK_MODULE)
+    spec = importlib.util.spec_from_file_location("random_mask_test", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["random_mask_test"] = module
+    spec.loader.exec_module(module)
+    try:
+        row = bench.evaluate_defense(
+            module.RandomMask(p=0.1), tasks=["digits_mlp_fedsgd"], seeds=1, out=tmp_path
+        )
+    finally:
+        DEFENSES.remove("random_mask_test")
+        sys.modules.pop("random_mask_test", None)
+    assert row["failed"].tolist() == [0]
+    leak = {
+        c.split(":", 1)[1]: float(v) for c, v in row.iloc[0].items() if c.startswith("leakage:") and v == v
+    }
+    assert leak["first_layer_inversion"] > 0.7 and float(row["privacy_mean"].iloc[0]) < 0.3
+    assert row["worst_attack"].iloc[0] == "first_layer_inversion"

@@ -11,19 +11,24 @@ update turned into its gradient) — so it applies to every track of a model wit
 layer and one sample per gradient (declared once for that model family:
 :mod:`bench.attacks.applicability`).
 
-The estimate of pixel ``i`` is the least-squares ratio over the units where both entries were
-*observed* (non-zero):
+The layer's gradient ``[∇W | ∇b]`` is the rank-one matrix ``δ (xᵀ, 1)`` ``[H, D + 1]``, its last
+column fixing the scale. The estimate is the least-squares rank-one fit over the *observed*
+entries (``observed="nonzero"``: the non-zero ones),
 
-    x̂_i = Σ_{j ∈ S_i} ∇b_j ∇W_ji / Σ_{j ∈ S_i} ∇b_j²,   S_i = {j : ∇b_j ≠ 0, ∇W_ji ≠ 0},
+    min_{δ, x̂}  Σ_{(j, i) observed} (M_ji − δ_j x̃_i)²,   M = [∇W | ∇b],  x̃ = (x̂, 1),
 
-and ``x̂_i = 0`` where ``S_i`` is empty. On an undefended gradient ``S_i`` is every unit with
-``δ_j ≠ 0`` (or none, when ``x_i = 0``), so the estimate is exact; under additive noise it is the
-least-squares fit of ``δ (xᵀ, 1)`` per pixel, which averages the noise over the units; under a
-sparsification (a coordinate dropped is an exact zero) a dropped entry is treated as missing
-rather than as ``x_i = 0`` — the choice that makes the attack see through keeping a random or
-largest fraction of the coordinates (``observed="nonzero"``; ``observed="all"`` uses every unit
-with ``∇b_j ≠ 0``, the plain least squares). The label is read by iDLG (Zhao et al. 2020) from
-the same gradient.
+by alternating least squares (``iterations`` sweeps of ``δ_j = Σ_i M_ji x̃_i / Σ_i x̃_i²`` and
+``x̂_i = Σ_j M_ji δ_j / Σ_j δ_j²``, each sum over the observed entries) from Phong et al.'s
+ratio ``x̂_i = Σ_j ∇b_j ∇W_ji / Σ_j ∇b_j²`` over the units whose both entries were observed.
+On an undefended gradient the ratio is exact and a fixed point of the sweeps; under additive noise
+the fit averages the noise over every unit; under a sparsification (a dropped coordinate is an
+exact zero) a dropped entry is *missing*, not ``x_i = 0``: a pixel is recovered as soon as one
+active unit kept its entry — the ratio ``W_ji / W_jk`` of two kept entries of one row links the
+pixels of that row, and the sweeps carry the scale from the units whose bias was kept (rank-one
+matrix completion; our extension of the ratio, so that keeping a random or largest fraction of
+the coordinates does not hide the input). ``observed="all"`` fits every entry (the plain least
+squares). A pixel no kept entry reaches stays 0. The label is read by iDLG (Zhao et al. 2020)
+from the same gradient.
 """
 
 from __future__ import annotations
@@ -60,14 +65,30 @@ def first_linear(view: View) -> tuple[ParamSlot, ParamSlot]:
     return w, b
 
 
-def first_layer_estimate(g_w: torch.Tensor, g_b: torch.Tensor, observed: str = "nonzero") -> torch.Tensor:
-    """``x̂ [V, D]`` from first-layer gradients ``g_w [V, H, D]`` and ``g_b [V, H]`` (module
-    docstring's least squares over the observed entries)."""
-    b = g_b.unsqueeze(-1)  # [V, H, 1]
-    mask = (b != 0) & ((g_w != 0) if observed == "nonzero" else torch.ones_like(g_w, dtype=torch.bool))
-    num = torch.where(mask, b * g_w, 0).sum(1)
-    den = torch.where(mask, b * b, 0).sum(1)
-    return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0)
+def first_layer_estimate(
+    g_w: torch.Tensor, g_b: torch.Tensor, observed: str = "nonzero", iterations: int = 50
+) -> torch.Tensor:
+    """``x̂ [V, D]`` from first-layer gradients ``g_w [V, H, D]`` and ``g_b [V, H]``: the
+    least-squares rank-one fit ``[∇W | ∇b] ≈ δ (x̂ᵀ, 1)`` over the observed entries (module
+    docstring), by alternating least squares from the ratio estimate."""
+    m = torch.cat([g_w, g_b.unsqueeze(-1)], dim=-1)  # [V, H, D + 1]: the rank-one δ (xᵀ, 1)
+    mask = (m != 0) if observed == "nonzero" else torch.ones_like(m, dtype=torch.bool)
+    m = torch.where(mask, m, 0)
+    tiny = torch.finfo(m.dtype).tiny
+
+    def ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+        return torch.where(den > 0, num / den.clamp_min(tiny), 0)
+
+    b = m[..., -1:]  # the ratio over the units whose bias entry was observed: x̂_i = Σ b W / Σ b²
+    keep = mask[..., :-1] & mask[..., -1:]
+    x = ratio(torch.where(keep, b * m[..., :-1], 0).sum(1), torch.where(keep, b * b, 0).sum(1))
+    one = torch.ones_like(x[..., :1])
+    for _ in range(iterations):
+        xt = torch.cat([x, one], dim=-1).unsqueeze(1)  # [V, 1, D + 1]
+        delta = ratio((m * xt).sum(-1), (mask * xt * xt).sum(-1))  # [V, H]
+        d = delta.unsqueeze(-1)
+        x = ratio((m[..., :-1] * d).sum(1), (mask[..., :-1] * d * d).sum(1))
+    return x
 
 
 @ATTACKS.register(
@@ -86,7 +107,9 @@ class FirstLayerInversion(Attack):
         Where the gradients are read (:data:`~bench.attacks.targets.NODE_SOURCES`; ``"auto"``: a
         FedSGD upload, or a D-PSGD neighbour's recovered gradient for a ``neighbors`` view).
     observed:
-        ``"nonzero"`` (default) or ``"all"``: the entries each pixel's ratio is taken over.
+        ``"nonzero"`` (default) or ``"all"``: the entries the rank-one fit is taken over.
+    iterations:
+        Alternating least-squares sweeps (0: Phong et al.'s ratio alone).
     """
 
     threats = ("server", "eavesdropper", "neighbors")
@@ -96,13 +119,20 @@ class FirstLayerInversion(Attack):
     first_layer = True
 
     def __init__(
-        self, rounds: list[int] | tuple[int, ...] = (0,), source: str = "auto", observed: str = "nonzero"
+        self,
+        rounds: list[int] | tuple[int, ...] = (0,),
+        source: str = "auto",
+        observed: str = "nonzero",
+        iterations: int = 50,
     ) -> None:
         ok = isinstance(rounds, (list, tuple)) and all(isinstance(t, int) and t >= 0 for t in rounds)
         require(ok and len(rounds) > 0, "attack.rounds", rounds, "must be a non-empty list of round indices")
         self.rounds = [int(t) for t in rounds]
         self.source = require_choice(source, NODE_SOURCES, "attack.source")
         self.observed = require_choice(observed, OBSERVED, "attack.observed")
+        ok = isinstance(iterations, int) and not isinstance(iterations, bool) and iterations >= 0
+        require(ok, "attack.iterations", iterations, "must be an integer ≥ 0")
+        self.iterations = int(iterations)
 
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
@@ -119,7 +149,7 @@ class FirstLayerInversion(Attack):
         g = torch.stack([tg.grad for tg in targets])  # [V, P]: every victim at once
         g_w = g[:, w.offset : w.offset + w.numel].reshape(len(targets), *w.shape)
         g_b = g[:, b.offset : b.offset + b.numel]
-        x = first_layer_estimate(g_w, g_b, self.observed).reshape(len(targets), 1, *shape)
+        x = first_layer_estimate(g_w, g_b, self.observed, self.iterations).reshape(len(targets), 1, *shape)
         model, loss = gradients.flat_model(view), gradients.loss_name(view)
         labels = [idlg_label(model, tg.grad, loss) for tg in targets]
         out = []
