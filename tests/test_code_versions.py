@@ -108,3 +108,21 @@ def test_attack_code_closure_and_engine_digest():
     assert "bench.attacks.dlg" in mods and "bench.attacks.gradients" in mods and "bench.attacks.base" in mods
     assert all(name.startswith("bench.attacks") for name in mods)
     assert len(engine_digest()) == 16
+
+
+def test_a_jobs_key_covers_the_attacks_of_its_model_family():
+    """A family attack (not listed by the task: :mod:`bench.attacks.applicability`) is run by the
+    job, so its code is part of the job's key: editing it re-runs exactly the jobs that run it."""
+    from bench.catalog import Catalog
+    from bench.runner.grid import expand_grid, plan_jobs
+    from bench.specs import DefenseSpec
+
+    root = Path(__file__).resolve().parents[1]
+    catalog = Catalog(root)
+    specs = expand_grid(
+        catalog, ["digits_mlp_fedsgd", "digits_mlp_fedsgd_mia"], [DefenseSpec(name="none")], 1
+    )
+    jobs, _ = plan_jobs(specs, root)
+    attacks = {j.spec.task.name: set(j.code["attacks"]) for j in jobs}
+    assert "first_layer_inversion" in attacks["digits_mlp_fedsgd"]
+    assert "first_layer_inversion" not in attacks["digits_mlp_fedsgd_mia"]

@@ -56,7 +56,9 @@ TABLE_LEGEND = (
     "defense * : on the track's Pareto front of privacy and utility\n"
     "ε — : no DP guarantee claimed against this threat model; ε lb ! : the attacks' empirical lower "
     "bound exceeds the claimed ε\n"
-    "privacy = 1 − worst leakage; per-attack columns: mean leakage (0 = nothing recovered, 1 = all)"
+    "privacy = 1 − worst leakage; worst: the attack that sets it; per-attack columns: mean leakage "
+    "(0 = nothing recovered, 1 = all); a1, a2 …: attack labels too long for a column, named under "
+    "the table; wide tables continue in blocks below, each repeating rank and defense"
 )
 
 

@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 
-from bench.attacks import build_attack
 from bench.errors import BenchInputError
 from bench.protocols import PROTOCOLS
 from bench.registry_utils import call_with_params
@@ -75,10 +74,12 @@ class Job:
         task = self.spec.task
         self.code = {
             "defense": self.plan.digest,
+            # every attack the job runs: the task's own and its model family's
+            # (:func:`~bench.runner.planning.build_attacks`)
             "attacks": {
-                a.name: attack_digest(type(build_attack(a.name, **a.params)).__module__)
-                for th in task.threats
-                for a in th.attacks
+                name: attack_digest(type(attack).__module__)
+                for attacks in build_attacks(task).values()
+                for name, _, attack in attacks
             },
             "engine": engine_digest(),
         }
