@@ -472,3 +472,22 @@ def test_a_store_another_process_is_creating_opens(tmp_path: Path) -> None:
         con.execute("create table jobs (id integer primary key, cron text)")
     with pytest.raises(BenchInputError, match="not a bench results store"):
         ResultStore(str(other))
+
+
+def test_non_finite_numbers_are_stored_as_standard_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """ε = ∞ and a NaN loss reach the JSON columns as ``{"$float": …}``, never as the
+    ``Infinity``/``NaN`` tokens PostgreSQL's JSON refuses (issue 39 item 5), and come back."""
+    import sqlite3
+
+    r = nonfinite_result("inf-eps")
+    r.accounting = {"epsilon": math.inf, "delta": 1e-5}
+    url = str(tmp_path / "r.sqlite")
+    with ResultStore(url) as store:
+        assert store.add(r)
+        (back,) = store.results()
+    raw = sqlite3.connect(url).execute("select accounting, metrics from jobs").fetchone()
+    raw += sqlite3.connect(url).execute("select metrics from attack_results").fetchone()
+    for column in raw:
+        json.loads(column, parse_constant=lambda c: pytest.fail(f"non-standard JSON token {c}"))
+    assert back.accounting["epsilon"] == math.inf and math.isnan(back.metrics["val_loss"])
+    assert back.attacks[0].metrics == {"psnr.mean": math.inf, "x": -math.inf}

@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from bench.results.record import AttackOutcome, JobResult
+from bench.results.record import AttackOutcome, JobResult, _decode, _encode
 
 __all__ = [
     "BENCH_TABLES",
@@ -119,24 +119,28 @@ class MetaRow(Base):
 
 
 def job_row(result: JobResult) -> JobRow:
-    """The rows of a record (``created_at``: now)."""
+    """The rows of a record (``created_at``: now). The JSON columns hold standard JSON: a
+    non-finite float (ε = ∞, a NaN loss) is written as ``{"$float": "inf"}`` (``"nan"``,
+    ``"-inf"``; :meth:`~bench.results.record.JobResult.to_dict`), never as the ``Infinity`` /
+    ``NaN`` tokens PostgreSQL's JSON refuses; :func:`job_result` restores them, and reads the
+    tokens older SQLite stores hold."""
     row = JobRow(
         key=result.key,
         task=result.task,
         defense=result.defense,
         defense_name=result.defense_name,
-        defense_params=result.defense_params,
+        defense_params=_encode(result.defense_params, "defense_params"),
         seed=result.seed,
         status=result.status,
         reason=result.reason,
         utility_metric=result.utility_metric,
         utility=result.utility,
         utility_floor=result.utility_floor,
-        metrics=result.metrics,
-        privacy=result.privacy,
+        metrics=_encode(result.metrics, "metrics"),
+        privacy=_encode(result.privacy, "privacy"),
         runtime_s=result.runtime_s,
-        provenance=result.provenance,
-        accounting=result.accounting,
+        provenance=_encode(result.provenance, "provenance"),
+        accounting=_encode(result.accounting, "accounting"),
         created_at=datetime.now(timezone.utc),
     )
     row.attacks = [
@@ -144,7 +148,7 @@ def job_row(result: JobResult) -> JobRow:
             threat=a.threat,
             attack=a.attack,
             status=a.status,
-            metrics=a.metrics,
+            metrics=_encode(a.metrics, "attack.metrics"),
             leakage=a.leakage,
             reason=a.reason,
             runtime_s=a.runtime_s,
@@ -161,30 +165,30 @@ def job_result(row: JobRow) -> JobResult:
         task=row.task,
         defense=row.defense,
         defense_name=row.defense_name,
-        defense_params=row.defense_params,
+        defense_params=_decode(row.defense_params),
         seed=row.seed,
         status=row.status,  # type: ignore[arg-type]
         reason=row.reason,
         utility_metric=row.utility_metric,
         utility=row.utility,
         utility_floor=row.utility_floor,
-        metrics=row.metrics,
+        metrics=_decode(row.metrics),
         attacks=[
             AttackOutcome(
                 threat=a.threat,
                 attack=a.attack,
                 status=a.status,  # type: ignore[arg-type]
-                metrics=a.metrics,
+                metrics=_decode(a.metrics),
                 leakage=a.leakage,
                 reason=a.reason,
                 runtime_s=a.runtime_s,
             )
             for a in row.attacks
         ],
-        privacy=row.privacy,
+        privacy=_decode(row.privacy),
         runtime_s=row.runtime_s,
-        provenance=row.provenance,
-        accounting=row.accounting,
+        provenance=_decode(row.provenance),
+        accounting=_decode(row.accounting),
     )
 
 

@@ -12,7 +12,7 @@ from bench.defenses_api import Defense, build_defense
 from bench.protocols import PROTOCOLS
 from bench.registry_utils import call_with_params
 from bench.simulation import Simulation
-from bench.simulation.hooks import DefenseHooks
+from bench.simulation.hooks import DefenseHooks, RunInfo
 from bench.simulation.messages import MessageBatch
 from bench.threats import Threat
 
@@ -83,7 +83,29 @@ def protocol_of(key: str) -> tuple[str, Any]:
 
 
 def defense(name: str, **params: Any) -> Defense:
+    """The committed plugin ``name`` built with ``params`` (validated as ``--defense`` would)."""
     return build_defense(name, params, REPO)
+
+
+def run_info(n_nodes: int = 4, n_params: int = 10, protocol: str = "fedsgd", **fields: Any) -> RunInfo:
+    """A :class:`~bench.simulation.hooks.RunInfo` for calling a defense's hooks directly (``bind``
+    it, then e.g. ``local_gradients(g, RoundContext(0))``): ``n_nodes`` nodes of one sample each,
+    ``n_params`` parameters, float64 on the CPU, seed 0; any other field by keyword."""
+    base: dict[str, Any] = {
+        "seed": 0,
+        "n_nodes": n_nodes,
+        "n_params": n_params,
+        "protocol": protocol,
+        "kinds": ("gradient",),
+        "rounds": 1,
+        "batch_size": None,
+        "local_steps": 1,
+        "local_epochs": None,
+        "counts": (1,) * n_nodes,
+        "dtype": torch.float64,
+        "device": torch.device("cpu"),
+    }
+    return RunInfo(**{**base, **fields})
 
 
 def run(

@@ -4,16 +4,14 @@ import math
 
 import pytest
 import torch
-from defense_runs import PROTOCOL_CONFIGS, defense, protocol_of, run
+from defense_runs import PROTOCOL_CONFIGS, defense, protocol_of, run, run_info
 
 from bench.errors import BenchInputError
 from bench.simulation.hooks import RoundContext, RunInfo
 
 
 def _run_info(n: int, p: int) -> RunInfo:
-    return RunInfo(
-        0, n, p, "fedsgd", ("gradient",), 1, None, 1, None, (1,) * n, torch.float64, torch.device("cpu")
-    )
+    return run_info(n, p)
 
 
 def _messages(sim, kind, round_=None):
