@@ -63,6 +63,8 @@ def test_reproduce_writes_the_report_and_json(tmp_path, capsys: pytest.CaptureFi
             "--json",
             str(js),
             "--no-progress",
+            "--results",
+            str(tmp_path / "journal.jsonl"),
         ]
     )
     assert code == 0
@@ -74,7 +76,7 @@ def test_reproduce_writes_the_report_and_json(tmp_path, capsys: pytest.CaptureFi
         "status"
     ] == "pass"
     assert [u["id"] for u in data["unchecked"]] == ["yu2025:C4"]
-    assert "1 passed, 0 failed" in capsys.readouterr().out
+    assert "1 passed, 0 failed" in capsys.readouterr().err  # progress and summary on stderr
 
 
 def _replace_check(monkeypatch, claim_id: str, fn) -> None:
@@ -85,13 +87,46 @@ def _replace_check(monkeypatch, claim_id: str, fn) -> None:
     monkeypatch.setitem(CLAIMS._entries, claim_id, patched)
 
 
-def test_a_failing_check_fails_the_command(monkeypatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_check_fails_the_command(monkeypatch, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     from bench.claims.base import Measured
 
     _replace_check(monkeypatch, "pasquini2023:C2", lambda scale: Measured(0.0, "broken on purpose", False))
-    code = main(["reproduce", "--claim", "pasquini2023:C2", "--no-progress"])
-    out = capsys.readouterr().out
-    assert code == 1 and "pasquini2023:C2: fail: broken on purpose" in out
+    journal = ["--results", str(tmp_path / "j.jsonl")]
+    code = main(["reproduce", "--claim", "pasquini2023:C2", "--no-progress", *journal])
+    captured = capsys.readouterr()
+    assert code == 1 and "pasquini2023:C2: fail: broken on purpose" in captured.err
+    assert "| FAIL |" in captured.out  # the report on stdout
+
+
+def test_reproduce_keeps_each_result_and_resumes_after_an_interrupt(
+    monkeypatch, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38 item 8: each check's result is written as it finishes; a Ctrl-C keeps what
+    finished (exit 130) and the same command resumes without running it again."""
+    from bench.claims.base import Measured
+
+    calls: list[str] = []
+
+    def ok(name: str):
+        def check(scale: str) -> Measured:
+            calls.append(name)
+            return Measured(1.0, f"{name} ran", True)
+
+        return check
+
+    def interrupt(scale: str) -> Measured:
+        raise KeyboardInterrupt
+
+    _replace_check(monkeypatch, "pasquini2023:C2", ok("C2"))
+    _replace_check(monkeypatch, "pasquini2023:C3", interrupt)
+    argv = ["reproduce", "--claim", "pasquini2023:C2", "--claim", "pasquini2023:C3", "--no-progress"]
+    argv += ["--results", str(tmp_path / "j.jsonl")]
+    assert main(argv) == 130 and calls == ["C2"]
+    assert "run the same command again to resume" in capsys.readouterr().err
+    assert len((tmp_path / "j.jsonl").read_text().splitlines()) == 1
+    _replace_check(monkeypatch, "pasquini2023:C3", ok("C3"))
+    assert main(argv) == 0 and calls == ["C2", "C3"]  # C2 taken from the journal
+    assert main([*argv, "--fresh"]) == 0 and calls == ["C2", "C3", "C2", "C3"]
 
 
 def test_a_crashing_check_is_an_error_row_not_a_crash(monkeypatch) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -52,14 +53,66 @@ def natural(claim_id: str) -> tuple[object, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", claim_id))
 
 
-def run_claims(claims: list[Claim], scale: str, progress: bool = True) -> list[Result]:
-    out = []
-    for c in claims:
-        row = run(c, scale)
+def run_claims(
+    claims: list[Claim],
+    scale: str,
+    progress: bool = True,
+    journal: Path | None = None,
+    commit: str = "",
+) -> tuple[list[Result], bool]:
+    """Run each claim at ``scale``; returns the rows and whether every claim ran (``False``: a
+    Ctrl-C stopped the run, the rows are those that finished).
+
+    With ``journal`` (a JSON-lines file), each row is appended the moment its check finishes,
+    and the rows it already holds for the same claim, scale and ``commit`` are taken from it
+    instead of running the check again: an interrupted ``reproduce`` resumes where it stopped.
+    Progress goes to stderr."""
+    done = read_journal(journal, scale, commit) if journal is not None else {}
+    out: list[Result] = []
+    for i, c in enumerate(claims, start=1):
+        row = done.get(c.id)
+        resumed = row is not None
+        if row is None:
+            try:
+                row = run(c, scale)
+            except KeyboardInterrupt:
+                return out, False
+            if journal is not None:
+                append_journal(journal, row, commit)
         if progress:
-            print(f"  {row.id:32s} {STATUS_TEXT[row.status]:18s} {row.seconds:6.1f} s", flush=True)
+            note = " (resumed)" if resumed else ""
+            line = (
+                f"  [{i}/{len(claims)}] {row.id:32s} {STATUS_TEXT[row.status]:18s} {row.seconds:6.1f} s{note}"
+            )
+            print(line, file=sys.stderr, flush=True)
         out.append(row)
+    return out, True
+
+
+def read_journal(path: Path, scale: str, commit: str) -> dict[str, Result]:
+    """The rows of ``path`` (JSON lines of :func:`append_journal`) for ``scale`` and ``commit``;
+    an unreadable line is passed over (the check runs again)."""
+    if not path.is_file():
+        return {}
+    out: dict[str, Result] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            data = json.loads(line)
+            if data.pop("commit") != commit or data["scale"] != scale:
+                continue
+            data.pop("paper", None)
+            row = Result(**data)
+        except (ValueError, KeyError, TypeError):
+            continue
+        out[row.id] = row
     return out
+
+
+def append_journal(path: Path, row: Result, commit: str) -> None:
+    """Append one finished row (with the commit it ran at) to the journal ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({**asdict(row), "commit": commit}, ensure_ascii=False) + "\n")
 
 
 def failed(results: list[Result]) -> list[Result]:
