@@ -65,6 +65,7 @@ def hostile_entry_text() -> str:
         "commit": HOSTILE_PARAM,
         "machine": HOSTILE_MACHINE,
         "check": HOSTILE_LABEL,
+        "tolerance": 1e-6,
     }
     data["defense"]["params"] = {"x": HOSTILE_PARAM}
     for job in data["jobs"]:  # its own jobs: validate refuses a job that two entries hold

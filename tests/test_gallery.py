@@ -3,7 +3,9 @@ with its digest, checked by validate, and shown on the page from the entries alo
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +93,38 @@ def test_png_size_is_read_for_the_img_box() -> None:
     buf = io.BytesIO()
     save_image(torch.zeros(3, 1, 8, 8), buf, format="png", nrow=3)
     assert _png_size(buf.getvalue()) == (3 * 8 + 4 * 2, 8 + 2 * 2)
+
+
+def test_a_symlinked_non_png_or_huge_image_is_refused(run: tuple[list, Path], tmp_path: Path) -> None:
+    """Issue 39 item 7: a gallery image that is a symbolic link (``build`` would copy its target
+    into the public site), not a PNG, or 100 000 pixels a side is an input error naming it."""
+    jobs, _ = run
+    store = tmp_path / "runs" / "results.sqlite"
+    with ResultStore(str(store)) as s:
+        for r in jobs:
+            s.add(r)
+    entries = tmp_path / "entries"
+    args = ("--store", str(store), "--entries", str(entries), "--task", "img", "--allow-uncommitted")
+    assert bench("leaderboard", "export", *args).returncode == 0
+    (entry,) = (entries / "quick").glob("noise*.json")
+    image = entries / "quick" / "images" / "noise" / "img_server.png"
+    data = json.loads(entry.read_text())
+    outside = tmp_path / "secret.png"
+    outside.write_bytes(image.read_bytes())  # the same bytes: the recorded hash matches
+    big = bytearray(image.read_bytes())
+    big[16:24] = (100_000).to_bytes(4, "big") * 2  # the header of a 100 000 × 100 000 PNG
+    cases = {
+        "symbolic link": lambda: (image.unlink(), image.symlink_to(outside)),
+        "not a PNG": lambda: image.write_bytes(b"GIF89a" + bytes(40)),
+        "100000 × 100000 pixels": lambda: image.write_bytes(bytes(big)),
+    }
+    original = image.read_bytes()
+    for why, make in cases.items():
+        if image.is_symlink():
+            image.unlink()
+        image.write_bytes(original)
+        make()
+        data["galleries"]["img/server"]["sha256"] = hashlib.sha256(image.read_bytes()).hexdigest()
+        entry.write_text(json.dumps(data))
+        bad = bench("leaderboard", "build", "--entries", str(entries), "--site", str(tmp_path / "site"))
+        assert bad.returncode == 2 and why in bad.stderr and "Traceback" not in bad.stderr, why

@@ -5,6 +5,7 @@ made by other code is reported stale; the seed choice is fixed per entry and spr
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -292,3 +293,26 @@ def test_changed_since_takes_a_revision_never_an_option(tmp_path: Path) -> None:
             files.changed_entries(ROOT, ROOT / "leaderboard" / "entries", ref)
     assert victim.read_text() == "keep me"
     assert isinstance(files.changed_entries(ROOT, ROOT / "leaderboard" / "entries", "HEAD"), list)
+
+
+def test_a_recorded_verification_carries_a_bounded_tolerance() -> None:
+    """Issue 39 item 7: ``verified`` only with the tolerance it was checked at, at most
+    MAX_RECORDED_TOLERANCE; ``verify --record --tolerance 1e9`` (or ``inf``) is refused before
+    any job runs."""
+    from bench.leaderboard import MAX_RECORDED_TOLERANCE
+    from bench.leaderboard.entry import Verification
+
+    named = {
+        "status": "verified",
+        "commit": "abc",
+        "machine": "x86_64",
+        "check": "python -m bench leaderboard verify",
+    }
+    assert Verification(**named, tolerance=1e-6).tolerance == 1e-6
+    for bad in (None, 1e9, math.inf, -1.0, 10 * MAX_RECORDED_TOLERANCE):
+        with pytest.raises(ValueError, match="tolerance"):
+            Verification(**named, tolerance=bad)
+    entry = ROOT / "leaderboard" / "entries" / "quick" / "none.json"
+    for tol in ("1e9", "inf"):
+        out = bench("leaderboard", "verify", "--entry", str(entry), "--record", "--tolerance", tol)
+        assert out.returncode == 2 and "--tolerance" in out.stderr and "Traceback" not in out.stderr, tol

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 from bench.commands import COMMANDS
 from bench.errors import BenchInputError
-from bench.leaderboard import DEFAULT_TOLERANCE
+from bench.leaderboard import DEFAULT_TOLERANCE, MAX_RECORDED_TOLERANCE
 from bench.leaderboard.coverage import gap
 
 
@@ -135,8 +136,15 @@ def _verify(args: argparse.Namespace, paths: list[Path], root: Path, entries: Pa
     from bench.leaderboard import files
     from bench.leaderboard.verify import verify_entry
 
-    if args.tolerance is not None and not args.tolerance >= 0:
-        raise BenchInputError("--tolerance", args.tolerance, reason="must be a number ≥ 0")
+    tolerance = args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE
+    if not 0 <= tolerance < math.inf:
+        raise BenchInputError("--tolerance", args.tolerance, reason="must be a finite number ≥ 0")
+    if args.record and tolerance > MAX_RECORDED_TOLERANCE:
+        raise BenchInputError(
+            "--tolerance",
+            args.tolerance,
+            reason=f"--record writes 'verified' only for a check at a tolerance ≤ {MAX_RECORDED_TOLERANCE:g}",
+        )
     cores = os.cpu_count() or 1
     if not 0 < args.jobs <= 4 * cores:
         raise BenchInputError("--jobs", args.jobs, reason=f"must be an integer in 1 .. {4 * cores}")
@@ -150,14 +158,16 @@ def _verify(args: argparse.Namespace, paths: list[Path], root: Path, entries: Pa
             entry,
             root,
             all_seeds=args.all_seeds,
-            tolerance=args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE,
+            tolerance=tolerance,
             parallel=args.jobs,
         )
         runs = ", ".join(f"{t}#{s}" for t, s in report.rerun)
         if report.ok:
             print(f"verified  {path.name}: {len(report.rerun)} jobs re-run and reproduced ({runs})")
             if args.record:
-                files.record_verification(path, entry, report, root, entries, args.allow_uncommitted)
+                files.record_verification(
+                    path, entry, report, root, entries, args.allow_uncommitted, tolerance
+                )
             continue
         failed += 1
         print(f"MISMATCH  {path.name}:" if report.mismatches else f"STALE     {path.name}:")

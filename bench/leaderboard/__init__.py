@@ -7,3 +7,5 @@ rendered into the page without any store (:mod:`bench.leaderboard.entry`,
 
 #: ``leaderboard verify``'s default allowed difference, relative to ``max(1, |stated|)``
 DEFAULT_TOLERANCE = 1e-6
+#: the largest tolerance a recorded ``verified`` may carry (``verify --record`` refuses a larger one)
+MAX_RECORDED_TOLERANCE = 1e-4

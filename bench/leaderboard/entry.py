@@ -154,14 +154,27 @@ class Verification(_Strict):
     commit: str = Field("", description="The commit the check ran (``<sha>+uncommitted`` if dirty).")
     machine: str = Field("", description="The machine the check ran on (architecture and CPU model).")
     check: str = Field("", description="The check that set the status (the command).")
+    tolerance: float | None = Field(
+        None,
+        description="The check's allowed difference, relative to max(1, |stated|); a 'verified' "
+        "status records it, at most MAX_RECORDED_TOLERANCE (1e-4).",
+    )
 
     @model_validator(mode="after")
     def _named(self) -> Verification:
+        from bench.leaderboard import MAX_RECORDED_TOLERANCE
+
         missing = [f for f in ("commit", "machine", "check") if not getattr(self, f).strip()]
         if self.status != "unverified" and missing:
             raise ValueError(
                 f"status {self.status!r} must name the check that set it, with the commit and "
                 f"machine it ran on: {', '.join(missing)} missing"
+            )
+        tol = self.tolerance
+        if self.status == "verified" and (tol is None or not 0 <= tol <= MAX_RECORDED_TOLERANCE):
+            raise ValueError(
+                f"status 'verified' must record the tolerance it was checked at, between 0 and "
+                f"{MAX_RECORDED_TOLERANCE:g}; got {tol!r}"
             )
         return self
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from bench.defense_source import UNDECLARED
 from bench.errors import BenchInputError
+from bench.leaderboard import DEFAULT_TOLERANCE
 from bench.leaderboard.convert import restore, summarize, tracks_of
 from bench.leaderboard.declared import declaration_problems
 from bench.leaderboard.declared import declared_isolated as declared_isolated  # re-exported
@@ -379,11 +380,12 @@ def record_verification(
     root: Path,
     entries: Path | None = None,
     allow_uncommitted: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
 ) -> None:
     """Write ``verified`` into the entry file, with the re-run jobs, the check that ran them
-    (:data:`VERIFY_CHECK`), the commit of ``root`` (:func:`verification_commit`: refused from a
-    checkout with uncommitted changes outside ``entries`` unless ``allow_uncommitted``) and the
-    machine (deterministic: no date)."""
+    (:data:`VERIFY_CHECK`) and its ``tolerance``, the commit of ``root``
+    (:func:`verification_commit`: refused from a checkout with uncommitted changes outside
+    ``entries`` unless ``allow_uncommitted``) and the machine (deterministic: no date)."""
     commit = verification_commit(root, entries, allow_uncommitted)
     runs = ", ".join(f"{t} seed {s}" for t, s in report.rerun)
     verification = Verification(
@@ -392,6 +394,7 @@ def record_verification(
         commit=commit,
         machine=verification_machine(),
         check=VERIFY_CHECK,
+        tolerance=tolerance,
     )
     _write(path, entry_text(entry.model_copy(update={"verification": verification})))
 

@@ -23,7 +23,15 @@ from pathlib import Path
 from bench.leaderboard.entry import Entry, GalleryImage, defense_id
 from bench.results.record import JobResult
 
-__all__ = ["check_images", "collect", "entry_images", "worst_grids"]
+__all__ = [
+    "MAX_IMAGE_SIDE",
+    "check_images",
+    "collect",
+    "entry_images",
+    "png_header_size",
+    "png_size",
+    "worst_grids",
+]
 
 
 def _sha256(path: Path) -> str:
@@ -70,17 +78,57 @@ def collect(entry: Entry, results: list[JobResult], out_dir: Path | None, entry_
     return entry.model_copy(update={"galleries": galleries})
 
 
+#: the largest gallery image accepted, in pixels per side (a worst-case grid of the paper-scale
+#: tasks is a few hundred pixels wide)
+MAX_IMAGE_SIDE = 4096
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_header_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from the first 24 bytes of a PNG (its IHDR chunk: nothing is
+    decoded, so a decompression bomb costs nothing), or ``None`` when they are not a PNG's."""
+    head = data[:24]
+    if len(head) < 24 or head[:8] != _PNG_SIGNATURE or head[12:16] != b"IHDR":
+        return None
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def png_size(path: Path) -> tuple[int, int] | None:
+    """:func:`png_header_size` of the file at ``path``."""
+    with path.open("rb") as f:
+        return png_header_size(f.read(24))
+
+
+def _linked(path: Path, top: Path) -> bool:
+    """Whether ``path`` or a folder between ``top`` and it is a symbolic link."""
+    current = path
+    while current != top and current != current.parent:
+        if current.is_symlink():
+            return True
+        current = current.parent
+    return False
+
+
 def check_images(entry: Entry, entry_path: Path) -> list[str]:
-    """Every gallery image of the entry exists beside it with its recorded SHA-256."""
+    """Every gallery image of the entry is a regular PNG file beside it (no symbolic link, which
+    ``build`` would follow out of the entries folder), at most :data:`MAX_IMAGE_SIDE` pixels a
+    side, with its recorded SHA-256."""
     problems = []
     for track, image in sorted(entry.galleries.items()):
         path = entry_path.parent / image.path
+        where = f"galleries[{track}]: image {image.path}"
         if ".." in Path(image.path).parts or Path(image.path).is_absolute():
             problems.append(f"galleries[{track}].path {image.path!r} leaves the entries folder")
+        elif _linked(path, entry_path.parent):
+            problems.append(f"{where} is a symbolic link (refused: only files of the entries folder)")
         elif not path.is_file():
-            problems.append(f"galleries[{track}]: image {image.path} is missing")
+            problems.append(f"{where} is missing")
+        elif (size := png_size(path)) is None:
+            problems.append(f"{where} is not a PNG file")
+        elif max(size) > MAX_IMAGE_SIDE or min(size) < 1:
+            problems.append(f"{where} is {size[0]} × {size[1]} pixels (at most {MAX_IMAGE_SIDE} a side)")
         elif _sha256(path) != image.sha256:
-            problems.append(f"galleries[{track}]: image {image.path} does not have the recorded sha256")
+            problems.append(f"{where} does not have the recorded sha256")
     return problems
 
 

@@ -359,9 +359,9 @@ def write_site(
 
 def _png_size(data: bytes) -> tuple[int, int]:
     """A PNG's width and height, from its header (for the ``<img>`` box before it loads)."""
-    from io import BytesIO
+    from bench.leaderboard.gallery import png_header_size
 
-    from PIL import Image
-
-    with Image.open(BytesIO(data)) as im:
-        return int(im.width), int(im.height)
+    size = png_header_size(data)
+    if size is None:
+        raise ValueError("not a PNG image")
+    return size
