@@ -146,7 +146,40 @@ def test_bad_ray_options_are_input_errors(tmp_path: Path) -> None:
         (("--address", "somewhere"), "--address"),
         (("--cpus-per-job", "0"), "--cpus-per-job"),
         (("--gpus-per-job", "-1"), "--gpus-per-job"),
+        (("--memory-per-job", "inf"), "--memory-per-job"),
     ):
         out = evaluate(tmp_path / "bad", "--executor", "ray", *extra)
         assert out.returncode == 2 and field in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert not (tmp_path / "bad" / "results.sqlite").exists()
+    # a Ray option without --executor ray would do nothing: refused (issue 39 item 8)
+    out = evaluate(tmp_path / "bad", "--gpus-per-job", "1")
+    assert out.returncode == 2 and "does nothing without --executor ray" in out.stderr, out.stderr
+
+
+def test_resources_no_node_has_are_refused_before_any_job(tmp_path: Path) -> None:
+    """Issue 39 item 8: a GPU on a cluster without one, or more memory than the cluster has,
+    would keep every task pending forever; it is an input error naming the option instead."""
+    for extra, field, what in (
+        (("--gpus-per-job", "1"), "--gpus-per-job", "GPUs in all"),
+        (("--memory-per-job", "100000"), "--memory-per-job", "GiB of memory in all"),
+    ):
+        out = evaluate(tmp_path / "big", "--executor", "ray", *extra)
+        assert out.returncode == 2 and field in out.stderr and what in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+        assert "jobs run" not in out.stdout
+
+
+def test_a_ray_client_address_without_the_client_says_what_to_install(monkeypatch, tmp_path, capsys) -> None:
+    """``ray://`` needs Ray's client (grpcio, the ``ray[client]`` extra the project installs):
+    where it is missing, an input error says what to install."""
+    import importlib.util
+
+    from bench.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "grpc" else real(name, *a)
+    )
+    argv = ["evaluate", "--suite", "quick", *SWEEP, "--no-progress", "--out", str(tmp_path / "o")]
+    code = main([*argv, "--executor", "ray", "--address", "ray://head:10001"])
+    assert code == 2 and "pip install 'ray[client]'" in capsys.readouterr().err

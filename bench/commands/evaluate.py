@@ -4,6 +4,7 @@ write the page (see the README's "Bad input, failures and Ctrl-C")."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -24,6 +25,38 @@ def _unique(items: Sequence[Any]) -> list[Any]:
     return list(dict.fromkeys(items))
 
 
+#: the options that only ``--executor ray`` reads, with their defaults
+RAY_ONLY = (("--address", "address", None), ("--cpus-per-job", "cpus_per_job", 1),
+            ("--gpus-per-job", "gpus_per_job", 0.0), ("--memory-per-job", "memory_per_job", 0.0))  # fmt: skip
+
+
+def _no_ray_options(args: argparse.Namespace) -> None:
+    """Refuse a Ray option given without ``--executor ray`` (it would do nothing)."""
+    for flag, name, default in RAY_ONLY:
+        if getattr(args, name) != default:
+            raise BenchInputError(
+                flag, getattr(args, name), reason="a Ray option: it does nothing without --executor ray"
+            )
+
+
+def _check_cluster(options: Any) -> None:
+    """Join (or start) the Ray cluster and refuse what one job asks that the whole cluster does
+    not have — Ray would keep such a task pending forever: CPUs, GPUs, memory."""
+    from bench.runner.ray_executor import _init
+
+    cluster = _init(options).cluster_resources()
+    asked = (
+        ("--cpus-per-job", float(options.cpus), float(cluster.get("CPU", 0.0)), "CPUs"),
+        ("--gpus-per-job", float(options.gpus), float(cluster.get("GPU", 0.0)), "GPUs"),
+        ("--memory-per-job", options.memory_gb, float(cluster.get("memory", 0.0)) / 2**30, "GiB of memory"),
+    )
+    for flag, want, have, what in asked:
+        if want > have:
+            raise BenchInputError(
+                flag, want, reason=f"the Ray cluster has {have:g} {what} in all: no job could ever start"
+            )
+
+
 def _ray_options(args: argparse.Namespace) -> Any:
     """``--executor ray``'s options, checked (the ray package, the resources asked for)."""
     import importlib.util
@@ -35,11 +68,15 @@ def _ray_options(args: argparse.Namespace) -> Any:
     if args.cpus_per_job < 1:
         raise BenchInputError("--cpus-per-job", args.cpus_per_job, reason="must be an integer ≥ 1")
     for name, value in (("--gpus-per-job", args.gpus_per_job), ("--memory-per-job", args.memory_per_job)):
-        if not value >= 0:
-            raise BenchInputError(name, value, reason="must be a number ≥ 0")
+        if not 0 <= value < math.inf:
+            raise BenchInputError(name, value, reason="must be a finite number ≥ 0")
     address = args.address
     if address is not None and address != "auto" and not address.startswith("ray://"):
         raise BenchInputError("--address", address, reason="expected 'auto' or ray://host:port")
+    if address is not None and address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise BenchInputError(
+            "--address", address, reason="a ray:// address needs Ray's client: pip install 'ray[client]'"
+        )
     return RayOptions(
         address=address,
         cpus=args.cpus_per_job,
@@ -133,6 +170,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     ray_options = []
     if args.executor == "ray":
         found.check(lambda: ray_options.append(_ray_options(args)))
+    else:
+        found.check(lambda: _no_ray_options(args))
     seeds = args.seeds if args.seeds is not None and 0 < args.seeds <= MAX_SEEDS else suite.seeds
     out = Path(args.out) if args.out else root / "runs"
     site_dir = Path(args.site) if args.site else root / "leaderboard" / "site"
@@ -167,6 +206,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         import_spooled(store, out)
         print(f"--retry-failed: {store.delete_failed(keys=[j.key for j in jobs])} failed jobs will run again")
+    if ray_options and {j.key for j in jobs} - store.finished_keys():
+        _check_cluster(ray_options[0])  # before any job is submitted
     quiet_lightning()
     start = time.perf_counter()
     try:
