@@ -46,7 +46,7 @@ def _registered_name(cls: type) -> str:
 def _source_file(cls: type) -> Path:
     try:
         path = inspect.getsourcefile(cls)
-    except TypeError:
+    except (TypeError, OSError):  # a built-in, or a class of a notebook cell (no file to read)
         path = None
     if not path or not Path(path).is_file():
         raise BenchInputError(

@@ -9,7 +9,10 @@ reported as one paragraph naming the field, the value and the valid choices, wit
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -74,6 +77,24 @@ def _debug_everywhere(sub: Any) -> None:
                 todo.extend(action.choices.values())
 
 
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (``kill PID``, a scheduler stopping the command) is handled as Ctrl-C in this
+    process: what finished is kept and the command says so, as for a ``KeyboardInterrupt``.
+    A process forked from this one (a worker) keeps the default: it ends at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    main_pid = os.getpid()
+
+    def on_term(signum: int, frame: object) -> None:
+        if os.getpid() != main_pid:  # a forked child inherited the handler: end as by default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -81,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     handler: Callable[[argparse.Namespace], int] = COMMANDS.get(args.command)
+    _terminate_as_interrupt()
     try:
         return handler(args)
     except KeyboardInterrupt:

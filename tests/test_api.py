@@ -125,3 +125,23 @@ def test_a_leaky_defense_is_ranked_against_the_committed_entries(own_module, tmp
     assert alone["track_status"].iloc[0] == "no reference run"
     with pytest.raises(BenchInputError, match="against"):
         bench.evaluate_defense(leaky, tasks=[TASK], seeds=1, out=tmp_path, against=tmp_path / "none")
+
+
+def test_a_class_whose_source_lookup_raises_oserror_is_refused_as_documented(monkeypatch) -> None:
+    """Issue 39 item 9: where ``inspect`` raises ``OSError`` for a notebook cell's class, the
+    refusal is the documented input error, not the ``OSError``."""
+    import inspect
+
+    namespace: dict = {"Defense": Defense, "__name__": "notebook_cell"}
+    exec("class Cell(Defense):\n    pass\n", namespace)
+    DEFENSES.register("api_cell_oserror")(namespace["Cell"])
+
+    def no_source(obj):
+        raise OSError("could not find class definition")
+
+    monkeypatch.setattr(inspect, "getsourcefile", no_source)
+    try:
+        with pytest.raises(BenchInputError, match="source file is unknown"):
+            bench.evaluate_defense(namespace["Cell"](), tasks=[TASK], seeds=1)
+    finally:
+        DEFENSES.remove("api_cell_oserror")

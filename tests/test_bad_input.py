@@ -492,7 +492,9 @@ def test_a_failing_job_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     assert all(r.status == "ok" for r in results if r.defense == "none")
 
 
-def _interrupt(tmp_path: Path, jobs: int, delay: float) -> tuple[subprocess.CompletedProcess, int]:
+def _interrupt(
+    tmp_path: Path, jobs: int, delay: float, sig: signal.Signals = signal.SIGINT
+) -> tuple[subprocess.CompletedProcess, int]:
     task = {**TASK, "simulation": {**TASK["simulation"], "rounds": 3000, "eval_every": 1000}}
     root = make_root(tmp_path, [task], {"quick": {"tasks": ["tiny"], "defenses": ["none"], "seeds": 6}})
     cmd = [
@@ -522,9 +524,22 @@ def _interrupt(tmp_path: Path, jobs: int, delay: float) -> tuple[subprocess.Comp
     while stored_rows(tmp_path) < 1 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
     time.sleep(delay)
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
+    else:
+        proc.send_signal(sig)  # `kill PID`, a scheduler's stop: the main process only
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), stored_rows(tmp_path)
+
+
+def test_sigterm_stops_evaluate_saying_what_is_saved(tmp_path):
+    """Issue 39 item 9: SIGTERM is an interruption like Ctrl-C — the message says what is saved
+    (it used to stop silently)."""
+    done, rows = _interrupt(tmp_path, 1, delay=0.3, sig=signal.SIGTERM)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert f"interrupted: {rows} of the 6 jobs to run finished and are saved" in done.stderr
+    assert 1 <= rows < 6
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

@@ -127,6 +127,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from bench.catalog import Catalog, bench_root
     from bench.results.reference import RANKED
     from bench.results.store import ResultStore
+    from bench.results.store_url import refuse_in_memory
     from bench.runner.grid import SweepInterrupted, expand_grid, plan_jobs, run_grid
     from bench.runner.validate import Collector, validate_tasks, writable_folder
     from bench.scoring import entry_table, superseded_versions, tables_by_track
@@ -177,6 +178,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     site_dir = Path(args.site) if args.site else root / "leaderboard" / "site"
     found.check(lambda: writable_folder(out, "--out"))
     found.check(lambda: writable_folder(site_dir, "--site"))
+    found.check(lambda: refuse_in_memory(args.store))
     store_url = args.store or str(out / "results.sqlite")
     specs = expand_grid(catalog, tasks, defenses, seeds)
     valid = validate_tasks({s.task.name: s.task for s in specs}.values(), found)

@@ -30,6 +30,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.action == "export":
         catalog = Catalog(root)
         suite = catalog.suite(args.suite)
+        from bench.results.store_url import refuse_in_memory
+
+        refuse_in_memory(args.store)
         store_url = args.store or str(root / "runs" / "results.sqlite")
         with ResultStore(store_url) as store:
             results = store.results()

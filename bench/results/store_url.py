@@ -269,3 +269,22 @@ def _installed(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+def refuse_in_memory(value: str | None) -> None:
+    """Refuse a ``--store`` that names an in-memory SQLite database (``sqlite://``,
+    ``sqlite:///:memory:``): a command's results would vanish when it ends. (The Python API
+    accepts one, for tests.)"""
+    if not value:
+        return
+    try:
+        url = normalize_url(value)
+    except Exception:  # a malformed URL: the store's own check names the problem
+        return
+    database = url.database or ""
+    if url.get_backend_name() == "sqlite" and (database in ("", ":memory:") or "mode=memory" in database):
+        raise store_error(
+            value,
+            "an in-memory SQLite database keeps nothing once the command ends: name a file "
+            "(sqlite:///runs/results.sqlite or a plain path)",
+        )
