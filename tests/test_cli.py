@@ -305,3 +305,11 @@ def test_every_option_of_every_command_has_help_text():
             elif not action.help or action.help == argparse.SUPPRESS:
                 missing.append(f"{prog} {'/'.join(action.option_strings) or action.dest}")
     assert not missing, missing
+
+
+def test_simulate_refuses_a_model_that_cannot_fit_in_memory(capsys) -> None:
+    """Issue 39 item 9: ``model.hidden=[1000000000]`` is refused up front, naming the parameter
+    count and the memory it needs (it used to grow to 21 GB until the kernel killed it)."""
+    code = main(["simulate", "--dataset", "digits", "--model", "mlp", "--param", "model.hidden=[1000000000]"])
+    err = capsys.readouterr().err
+    assert code == 2 and "model.params" in err and "75,000,000,010 parameters" in err and "GiB" in err

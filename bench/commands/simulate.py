@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.commands import COMMANDS
@@ -25,6 +26,53 @@ SIMULATE_OPTIONS: list[tuple[str, type, str]] = [
     ("dtype", str, "float32 or float64"),
     ("device", str, "torch device, e.g. cpu or cuda"),
 ]
+
+
+#: copies of the stacked ``[nodes, P]`` parameters a run holds at least (the models, their
+#: gradients, the messages sent)
+STACKED_COPIES = 3
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (``MemAvailable`` of ``/proc/meminfo``), or
+    ``None`` where the kernel does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_model_memory(cfg: Any) -> Any:
+    """The run's data (loaded once, handed to the simulation), after refusing a model whose
+    stacked parameters alone cannot fit in the memory available: the model is built on PyTorch's
+    ``meta`` device (no storage) to count its parameters ``P``, and ``STACKED_COPIES × nodes × P``
+    numbers of the run's dtype must fit (``model.hidden=[1000000000]`` used to grow until the
+    kernel killed the process)."""
+    import torch
+
+    from bench.models import build_model
+    from bench.simulation.config import DTYPES
+    from bench.simulation.run_data import RunData
+
+    data = RunData(cfg)
+    train = data.train_set
+    with torch.device("meta"):
+        model = build_model(cfg.model, train.input_shape, train.n_classes, **cfg.model_params)
+    n_params = sum(p.numel() for p in model.parameters())
+    size = torch.finfo(DTYPES[cfg.dtype]).bits // 8
+    need, have = STACKED_COPIES * cfg.nodes * n_params * size, available_memory()
+    if have is not None and need > have:
+        raise BenchInputError(
+            "model.params",
+            dict(cfg.model_params),
+            reason=f"{cfg.model} has {n_params:,} parameters: {cfg.nodes} nodes need at least "
+            f"{need / 2**30:,.1f} GiB ({STACKED_COPIES} stacked copies in {cfg.dtype}), more than "
+            f"the {have / 2**30:,.1f} GiB this machine has available",
+        )
+    return data
 
 
 @COMMANDS.register("simulate", "run one protocol on all nodes (Lightning loop) and print utility")
@@ -56,7 +104,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.record_rounds is not None:
         why = "expected comma-separated round numbers (0 is the first round), e.g. 0,1,2"
         record = integers(args.record_rounds, "--record-rounds", args.record_rounds, why)
-    sim = Simulation(cfg, threats=threats, record_rounds=record)
+    data = check_model_memory(cfg)
+    sim = Simulation(cfg, threats=threats, record_rounds=record, data=data)
     out = output_folder(args.out)  # before the run, after every other check
     quiet_lightning()
     start = time.perf_counter()
