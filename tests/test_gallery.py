@@ -128,3 +128,30 @@ def test_a_symlinked_non_png_or_huge_image_is_refused(run: tuple[list, Path], tm
         entry.write_text(json.dumps(data))
         bad = bench("leaderboard", "build", "--entries", str(entries), "--site", str(tmp_path / "site"))
         assert bad.returncode == 2 and why in bad.stderr and "Traceback" not in bad.stderr, why
+
+
+def test_a_grid_is_shown_as_labelled_pairs_of_truth_and_reconstruction() -> None:
+    """Issue 38 item 5: the harness writes truth and reconstruction rows alternating; the page
+    shows one row per victim, the truth left and its reconstruction right, under two labels."""
+    import numpy as np
+    from PIL import Image
+
+    from bench.site.pairs import GAP, labelled_pairs
+
+    truth = [torch.full((2, 1, 8, 8), 0.2 + 0.1 * v) for v in range(3)]
+    recon = [torch.full((2, 1, 8, 8), 0.25 + 0.1 * v) for v in range(3)]
+    buf = io.BytesIO()
+    tiles = [t for pair in zip(truth, recon, strict=True) for t in pair]
+    save_image(torch.cat(tiles), buf, format="png", nrow=2, padding=2, pad_value=1.0)
+    laid = labelled_pairs(buf.getvalue())
+    assert laid is not None
+    data, pairs = laid
+    im = np.asarray(Image.open(io.BytesIO(data)).convert("L")).astype(int)
+    assert pairs == 3 and im.shape == (3 * 10 + 2, 2 * 22 + GAP)
+    for v in range(3):
+        y = v * 10 + 2 + 4  # the middle of victim v's row
+        left, right = im[y, 2 + 4], im[y, 22 + GAP + 2 + 4]
+        assert (
+            abs(left - round(255 * (0.2 + 0.1 * v))) <= 1 and abs(right - round(255 * (0.25 + 0.1 * v))) <= 1
+        )
+    assert labelled_pairs(b"not a png") is None

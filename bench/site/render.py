@@ -318,6 +318,7 @@ def write_site(
         The path of the written ``index.html``.
     """
     from bench.site.entry_page import entry_context, entry_href
+    from bench.site.pairs import labelled_pairs
 
     out_dir = Path(out_dir)
     links = {(j.task, e.defense.label): entry_href(e) for e in entries for j in e.jobs}
@@ -329,6 +330,10 @@ def write_site(
     gallery = {}
     for (track, label), (png, attack, seed) in sorted((images or {}).items()):
         data = Path(png).read_bytes()
+        laid = labelled_pairs(data)  # one row per victim: truth | reconstruction, labelled
+        pairs = None
+        if laid is not None:
+            data, pairs = laid
         name = f"images/{hashlib.sha256(data).hexdigest()[:16]}.png"
         (out_dir / "images").mkdir(parents=True, exist_ok=True)
         if not (out_dir / name).is_file():
@@ -337,6 +342,7 @@ def write_site(
         scale = max(1, min(4, GALLERY_WIDTH // max(width, 1)))  # small images (8×8 digits) enlarged
         gallery[(track, label)] = {
             "src": name, "attack": attack, "seed": seed, "width": scale * width, "height": scale * height,
+            "pairs": pairs,
         }  # fmt: skip
     target = out_dir / "index.html"
     _atomic_write(

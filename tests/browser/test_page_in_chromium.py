@@ -195,3 +195,21 @@ def test_tables_and_plots_are_readable_on_a_phone(browser: object, site: Path) -
     assert abs(left - edge) < 2
     assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 1
     assert w.errors == []
+
+
+def test_galleries_are_labelled_pairs_at_both_widths(browser: object, site: Path) -> None:
+    """Issue 38 item 5: each gallery image is one row per victim under the labels "truth" and
+    "reconstruction", and fits its figure at 1400 and 390 px."""
+    for width in (1400, 390):
+        w = Watched(browser, width=width)
+        page = w.open(site / "index.html")
+        heads = page.locator(".gallery figure .pairhead")
+        assert heads.count() >= 1
+        assert heads.first.inner_text().split() == ["truth", "reconstruction"]
+        script = (
+            "el => [el.getBoundingClientRect().width, el.closest('figure').getBoundingClientRect().width]"
+        )
+        img, fig = page.locator(".gallery figure .strip img").first.evaluate(script)
+        assert 0 < img <= fig + 1
+        assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 1
+        assert w.errors == []
