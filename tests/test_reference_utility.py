@@ -281,3 +281,19 @@ def test_the_summary_matrix_ranks_every_entry_on_every_ranked_track() -> None:
     assert rows["weak"]["worst"] == "3 of 3 (t/server)"
     assert matrix["rows"][0]["defense"] == "noise"  # sorted by the worst case, best first
     assert summary_matrix([]) is None
+
+
+def test_a_lower_is_better_track_has_a_floor_that_stops_a_defense_that_wrecks_the_model() -> None:
+    """Issue 38 item 1: on fedavg_linear_xu (val_loss, lower is better) gradient_clipping(0.05)
+    leaves the loss at ~500× the undefended one; it must not be ranked, let alone first."""
+    from bench.api import load_leaderboard
+    from bench.scoring import tables_by_track
+
+    table = tables_by_track(load_leaderboard())["fedavg_linear_xu/eavesdropper"]
+    assert table["track_status"].iloc[0] == "ranked" and not bool(table["higher_is_better"].iloc[0])
+    clip = table[table["defense"] == "gradient_clipping(max_norm=0.05)"].iloc[0]
+    none = table[table["defense"] == "none"].iloc[0]
+    assert clip["utility_mean"] > 100 * none["utility_mean"]
+    assert not bool(clip["above_floor"]) and pd.isna(clip["rank"])
+    ranked = table.dropna(subset=["rank"])
+    assert (ranked["utility_mean"] <= ranked["utility_floor"]).all()
