@@ -22,9 +22,8 @@ the store and are listed by :func:`superseded_versions`.
   metric; the floor is a fraction of the reference where the task declares one), no job
   refused by the channel audit (:mod:`bench.runner.audit`), and — for a committed entry — every
   job its suite plans for its defense (not ``partial``: :mod:`bench.leaderboard.coverage`), by
-  ``privacy_mean`` descending,
-  ties broken by utility (better first), then by label (so ranks are ``1..k``,
-  deterministic). Other entries are listed with rank ``<NA>``.
+  ``privacy_mean`` descending, ties broken by utility (better first), then by label (ranks
+  ``1..k``, deterministic). Other entries are listed with rank ``<NA>``.
 - The **Pareto front** of a track: the entries (not partial) not dominated in ``(privacy_mean,
   utility_mean)``, whether or not they keep the floor.
 """
@@ -179,18 +178,16 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         track's membership attacks — per job the largest over its attacks, mean over seeds, NaN
         without a membership attack; ``epsilon_exceeded``: the lower bound is
         above the claimed ε, a guarantee the attacks refute (at the bound's nominal confidence,
-        :mod:`bench.membership.epsilon`); ``last_failure``: the reason of the
-        entry's most recent failed job — latest ``provenance["timestamp"]``, the later in
-        ``results`` on a tie — or ``""``), one
-        ``leakage:<attack>`` column per attack (mean over successful seeds, NaN where the attack
+        :mod:`bench.membership.epsilon`); ``last_failure``: the reason of the entry's most recent
+        failed job — latest ``provenance["timestamp"]``, the later in ``results`` on a tie — or
+        ``""``), one ``leakage:<attack>`` column per attack (mean over successful seeds, NaN where the attack
         failed everywhere or is not in the track's suite; adaptive variants are attacks named
         ``<name>+adaptive``), ``worst_attack`` (:func:`worst_attack`), ``claimed`` (the defense
         claims to address the track's threat model: ``provenance["claims"]``, the defense's
         :attr:`~bench.defenses_api.Defense.threats`; a job without the record counts as claiming),
         ``above_floor`` (bool) and ``rank`` (``Int64``, 1 = best, ``<NA>`` unranked: below the
-        floor, not claimed, refused, partial, or without a successful seed or attack);
-        ``partial`` (str): why a committed entry does not cover its suite, or ``""``.
-        ``df.attrs["track_attacks"]``
+        floor, not claimed, refused, partial, or without a successful seed or attack); ``partial``
+        (str): why a committed entry does not cover its suite, or ``""``. ``df.attrs["track_attacks"]``
         maps each track to the attacks of its suite. A job fails on every track of its task; the
         tracks of a task are the threats named by any of its jobs.
 
