@@ -51,6 +51,15 @@ def test_redact_keeps_urls_without_secrets_and_hides_a_repeated_password() -> No
     assert redact("password 'hunter22' rejected", url) == f"password '{MASK}' rejected"
 
 
+def test_a_password_with_spaces_quotes_and_at_signs_is_masked_whole() -> None:
+    """Issue 39 item 9: a space or a quote ends a URL in free text, but the --store value is one
+    URL: its whole password is hidden (it used to show ``alice:***@ss w"rd<x>@…``)."""
+    url = 'postgresql://alice:p@ss w"rd<x>@db.example:5432/bench'
+    for message in (url, f"cannot connect to {url} (password 'p@ss w\"rd<x>')"):
+        shown = redact(message, url)
+        assert "ss w" not in shown and "rd<x>" not in shown and "alice:***@db.example:5432/bench" in shown
+
+
 @pytest.fixture
 def connect_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every engine's connection fails like an unreachable server whose driver repeats the URL."""

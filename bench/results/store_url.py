@@ -57,6 +57,12 @@ def _mask_url(token: str) -> str:
 def _secrets(url: str) -> set[str]:
     """Every secret of a ``--store`` value, as written and percent-decoded."""
     found: set[str] = set()
+    # the value is one URL even where its password holds a space or a quote, which end a URL
+    # token in free text: its password spans the whole value's user information
+    whole = _password_span(url.strip().partition("://")[2]) if "://" in url else None
+    if whole is not None:
+        rest = url.strip().partition("://")[2]
+        found.add(rest[whole[0] : whole[1]])
     for token in _URL_TOKEN.findall(url) or [url]:
         rest = token.partition("://")[2]
         span = _password_span(rest)
