@@ -129,8 +129,12 @@ def test_a_verified_status_names_commit_machine_and_check() -> None:
     for status in ("verified", "mismatch"):
         for missing in named:
             with pytest.raises(ValidationError, match=missing):
-                Verification(status=status, **{k: v for k, v in named.items() if k != missing})
-        assert Verification(status=status, **named).commit == "abc"
+                Verification(
+                    status=status, tolerance=1e-6, **{k: v for k, v in named.items() if k != missing}
+                )
+        assert Verification(status=status, tolerance=1e-6, **named).commit == "abc"
+    with pytest.raises(ValidationError, match="tolerance"):  # a verified status records its tolerance
+        Verification(status="verified", **named)
 
 
 def test_declared_isolated_reads_the_committed_declarations() -> None:
@@ -307,7 +311,11 @@ def test_the_entry_page_shows_source_and_verification() -> None:
     assert source_line(entry)["url"] == ""
     assert verification_line(entry)["status"] == "Not verified"
     entry.verification = Verification(
-        status="verified", commit="0123456789abcdef+uncommitted", machine="x86_64, CPU", check="c"
+        status="verified",
+        commit="0123456789abcdef+uncommitted",
+        machine="x86_64, CPU",
+        check="c",
+        tolerance=1e-6,
     )
     assert verification_line(entry) == {
         "status": "Verified",
@@ -322,7 +330,13 @@ def test_the_built_page_states_source_and_verification(tmp_path: Path) -> None:
     tasks = sorted({r.task for r in results})
     declared = _declared()
     declared["none"] = {"source": asdict(PAPERS["zhu2019"]), "summary": SUMMARY}
-    verified = {"status": "verified", "commit": "f" * 40, "machine": "x86_64, Some CPU", "check": "c"}
+    verified = {
+        "status": "verified",
+        "commit": "f" * 40,
+        "machine": "x86_64, Some CPU",
+        "check": "c",
+        "tolerance": 0,
+    }
     paths = []
     for e in files.build_entries(results, "quick", tasks, declared):
         if e.defense.name == "none":
