@@ -90,6 +90,7 @@ def test_read_yaml_names_the_file_and_the_problem(tmp_path):
                 "analytic_logreg_aggregate",
                 "dlg",
                 "dlg_batched",
+                "first_layer_inversion",
                 "inverting_gradients",
                 "pdmm_analytic_logreg",
                 "pdmm_analytic_first_layer",
