@@ -249,7 +249,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
                 e.epsilon_lb.append(max(lbs))
             per_attack: dict[str, float] = {}
             for a in outcomes:
-                if a.status == "ok" and _finite(a.leakage):
+                if _finite(a.leakage):  # ok, or a crash counted as full leakage
                     per_attack[a.attack] = max(per_attack.get(a.attack, -math.inf), float(a.leakage))  # type: ignore[arg-type]
             for attack, value in per_attack.items():
                 e.leakage[attack].append(value)

@@ -76,3 +76,9 @@ class Mutator(_Hostile):
         for s in view.own_states.values():
             s.zero_()
         raise AttackError(f"mutated {len(view.messages)} message batches")
+
+
+@ATTACKS.register("hostile_crasher", "crashes (an error that is not the attack's refusal)")
+class Crasher(_Hostile):
+    def run(self, view: View) -> list[Reconstruction]:
+        raise IndexError("an input the attack was never meant to read")

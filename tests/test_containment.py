@@ -215,3 +215,49 @@ def test_the_view_holds_no_private_knowledge_and_no_model_object():
     assert torch.count_nonzero(b.messages[0].payload) > 0
     # the rebuilt model is the attacker's own object, with the simulation's parameter layout
     assert a.model is not sim.flat and a.model.n_params == sim.flat.n_params
+
+
+BROKEN_HOOK = """
+    from bench.defenses_api import DEFENSES, Defense
+
+    @DEFENSES.register("broken_shape", "returns one number per node instead of a gradient")
+    class BrokenShape(Defense):
+        def local_gradients(self, grads, ctx):
+            return grads.mean(dim=1, keepdim=True)  # [n, 1]: PyTorch would broadcast it
+"""
+
+SCALED_MESSAGES = """
+    from bench.defenses_api import DEFENSES, Defense
+
+    @DEFENSES.register("scaled", "scales its messages a little")
+    class Scaled(Defense):
+        def outgoing(self, msgs, ctx):
+            return msgs.with_payload(msgs.payload * 1.0001)
+"""
+
+
+def test_a_hook_output_of_the_wrong_shape_fails_the_job_naming_the_hook(tmp_path):
+    """Issue 39, item 2: ``local_gradients`` returning ``[n, 1]`` was broadcast silently and
+    ranked first; now its job fails with a reason that names the hook, and it has no score."""
+    root = make_root(tmp_path, tiny_task([ANALYTIC]), {"broken_shape": BROKEN_HOOK})
+    (broken,) = [r for r in evaluate(root, tmp_path).results() if r.defense == "broken_shape"]
+    assert broken.status == "failed" and not broken.privacy
+    assert "local_gradients hook returned shape" in broken.reason, broken.reason
+
+
+def test_an_attack_that_crashes_on_a_defended_run_counts_as_full_leakage(tmp_path):
+    """Issue 39, item 2: an attack that crashes on a defended run (any error but the attack's own
+    refusal, ``AttackError``) never improves the defended score: it counts as full leakage. On
+    the baseline a crash is the attack's bug: recorded, not counted."""
+    root = make_root(
+        tmp_path, tiny_task([{"name": "hostile_crasher"}, ANALYTIC]), {"scaled": SCALED_MESSAGES}
+    )
+    results = {r.defense: r for r in evaluate(root, tmp_path).results()}
+    scaled, none = results["scaled"], results["none"]
+    crashed = {a.attack: a for a in scaled.attacks}["hostile_crasher"]
+    assert crashed.status == "failed" and crashed.leakage == 1.0, crashed
+    assert crashed.reason.startswith("counted as full leakage") and "IndexError" in crashed.reason
+    assert scaled.privacy["server"] == 0.0
+    baseline = {a.attack: a for a in none.attacks}["hostile_crasher"]
+    assert baseline.status == "failed" and baseline.leakage is None
+    assert none.privacy["server"] == pytest.approx(1.0 - none.attacks[1].leakage)

@@ -25,7 +25,15 @@ ATTACKS: Registry = Registry("attack")
 
 class AttackError(RuntimeError):
     """The attack cannot run on this View (a needed quantity is missing or the protocol's
-    assumptions do not hold). Recorded with the job; never a silent zero."""
+    assumptions do not hold): a *refusal*, stated by the attack's own code. Recorded with the
+    job; never a silent zero. Any other exception is a *crash*, which on a defended job counts
+    as full leakage (:data:`bench.runner.job.CRASH_LEAKAGE`)."""
+
+
+class OracleUnavailable(AttackError):
+    """The defense oracle could not answer (the defense's code failed or returned what its
+    contract forbids): not the attack's refusal — a defense cannot buy privacy by making its
+    oracle fail, so this counts as a crash."""
 
 
 @dataclass(frozen=True)

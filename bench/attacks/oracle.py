@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bench.attacks.base import AttackError
+from bench.attacks.base import OracleUnavailable
 from bench.membership.reference import ReferenceModels
 from bench.simulation.messages import SERVER
 from bench.threats import View
@@ -62,7 +62,7 @@ class OracleClient:
         try:
             return self.ask(q)
         except Exception as exc:
-            raise AttackError(f"the defense oracle cannot answer: {exc}") from None
+            raise OracleUnavailable(f"the defense oracle cannot answer: {exc}") from None
 
     def transform(self, nodes: torch.Tensor, rounds: torch.Tensor, objective: str = "l2") -> DefenseTransform:
         """``dist(D(·), g)`` for problems of victims ``nodes [K]`` in rounds ``rounds [K]``
@@ -79,6 +79,6 @@ class OracleClient:
         out = {}
         for t, m in answer.get("worlds", {}).items():
             if not all(isinstance(m.get(k), torch.Tensor) for k in ("theta", "world", "trained_on")):
-                raise AttackError("the defense oracle answered with malformed reference worlds")
+                raise OracleUnavailable("the defense oracle answered with malformed reference worlds")
             out[int(t)] = ReferenceModels(m["theta"], m["world"], m["trained_on"])
         return out

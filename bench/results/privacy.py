@@ -13,7 +13,8 @@ def finite(x: float | None) -> bool:
 
 
 def privacy_score(outcomes: Iterable[AttackOutcome], threat: str | None = None) -> float | None:
-    """``1 − max`` normalized leakage over the successful attacks.
+    """``1 − max`` normalized leakage over the successful attacks and the crashed ones counted
+    as full leakage (:func:`bench.runner.job.count_crash`).
 
     Parameters
     ----------
@@ -25,12 +26,12 @@ def privacy_score(outcomes: Iterable[AttackOutcome], threat: str | None = None) 
     Returns
     -------
     float or None
-        The privacy score in ``[0, 1]``; ``None`` when no attack succeeded (failed attacks and
-        outcomes without a finite leakage are ignored).
+        The privacy score in ``[0, 1]``; ``None`` when no attack succeeded (failed attacks
+        without a leakage — the attacks' refusals — are ignored).
     """
     leakages = [
         float(o.leakage)  # type: ignore[arg-type]
         for o in outcomes
-        if o.status == "ok" and finite(o.leakage) and (threat is None or o.threat == threat)
+        if finite(o.leakage) and (threat is None or o.threat == threat)
     ]
     return 1.0 - max(leakages) if leakages else None

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from bench.attacks import ATTACKS, build_attack
+from bench.attacks.base import AttackError, OracleUnavailable
 from bench.attacks.oracle import OracleClient
 from bench.data.stacked import derive_seed
 from bench.runner import queries
@@ -86,7 +87,13 @@ def _run(
             "runtime_s": time.perf_counter() - start,
         }
     except Exception as exc:  # recorded with the job: an attack failure never ends the sweep
-        return {"status": "failed", "reason": _one_line(exc), "runtime_s": time.perf_counter() - start}
+        refused = isinstance(exc, AttackError) and not isinstance(exc, OracleUnavailable)
+        return {
+            "status": "failed",
+            "reason": _one_line(exc),
+            "refused": refused,  # the attack's own refusal, not a crash (bench.runner.job)
+            "runtime_s": time.perf_counter() - start,
+        }
 
 
 def _one_line(exc: BaseException) -> str:

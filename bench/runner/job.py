@@ -207,6 +207,7 @@ def run_job(
         views = sim.get("views") or {}
         grid = None if out_dir is None else out_dir / "reconstructions" / job.key
         outcomes: list[AttackOutcome] = []
+        defended = spec.defense.name != BASELINE_DEFENSE
         t_attacks = time.perf_counter()
         relay = OracleRelay(
             {"task": task.model_dump_json(), "seed": oracle_seed(spec.seed), "defense": defense_request},
@@ -216,7 +217,7 @@ def run_job(
             for threat, lst in attacks.items():
                 view = views.get(threat)
                 found = _attack_threat(threat, lst, view, scorer, spec.seed, threads, grid, pool, relay)
-                outcomes.extend(found)
+                outcomes.extend(count_crash(o) if defended else o for o in found)
         finally:
             relay.close()
         if relay.queries:  # the generic variants' defense oracle
@@ -377,26 +378,58 @@ def _attack_batch(
             label="attack",
             relay=relay,
         )
-    except isolation.ChildFailed as exc:
-        return [AttackOutcome(threat, p.label, "failed", reason=exc.reason) for p in batch]
+    except isolation.ChildFailed as exc:  # the attack process died: a crash of every attack in it
+        crashed = {CRASHED: 1.0}
+        return [AttackOutcome(threat, p.label, "failed", crashed, reason=exc.reason) for p in batch]
     if not isinstance(answers, list) or len(answers) != len(batch):
         answers = [None] * len(batch)
     return [_score(scorer, threat, p, answer, grid) for p, answer in zip(batch, answers, strict=True)]
 
 
+#: the metric that marks a failed attack as a *crash* (any exception but the attack's own
+#: refusal, :class:`~bench.attacks.base.AttackError`; or its process died)
+CRASHED = "crashed"
+#: what a crash counts for on a defended job (:func:`count_crash`)
+CRASH_LEAKAGE = 1.0
+
+
+def count_crash(outcome: AttackOutcome) -> AttackOutcome:
+    """On a defended job, an attack that *crashed* counts as full leakage
+    (:data:`CRASH_LEAKAGE`). The harness cannot tell a defense that defeats an attack from one
+    that breaks it (a malformed message, a hook output the attack was never meant to read, an
+    oracle that fails), and a failed attack left out of the score would let the breakage buy
+    privacy. An attack's own refusal (:class:`~bench.attacks.base.AttackError`: e.g. the
+    messages are ring elements of secure aggregation, which no insider can read) stays a
+    failure without leakage. The baseline's crashes are the attack's bugs: recorded, not
+    counted."""
+    if outcome.status != "failed" or not outcome.metrics.get(CRASHED):
+        return outcome
+    outcome.leakage = CRASH_LEAKAGE
+    outcome.reason = f"counted as full leakage (crashed on the defended run): {outcome.reason}"[:300]
+    return outcome
+
+
 def _score(scorer: Scorer, threat: str, p: PlannedAttack, answer: Any, grid: Path | None) -> AttackOutcome:
     """Score an attack's answer; where it also ran on the messages as the adversary's nodes
-    decoded them, the stronger of the two counts (``metrics["decoded_view"]`` says which)."""
+    decoded them, the stronger of the two counts (``metrics["decoded_view"]`` says which). A
+    failed answer that is not the attack's refusal is marked :data:`CRASHED`."""
     decoded = answer.pop("decoded", None) if isinstance(answer, dict) else None
     if decoded is None:
-        return scorer.score(threat, p.label, p.attack.metrics, answer, grid)
+        return _mark_crash(scorer.score(threat, p.label, p.attack.metrics, answer, grid), answer)
     raw = scorer.score(threat, p.label, p.attack.metrics, answer, None)
     dec = scorer.score(threat, p.label, p.attack.metrics, decoded, None)
     use_decoded = dec.status == "ok" and (raw.status != "ok" or (dec.leakage or 0.0) > (raw.leakage or 0.0))
     best = scorer.score(threat, p.label, p.attack.metrics, decoded if use_decoded else answer, grid)
     if best.status == "ok":
         best.metrics["decoded_view"] = float(use_decoded)
-    return best
+    return _mark_crash(best, decoded if use_decoded else answer)
+
+
+def _mark_crash(outcome: AttackOutcome, answer: Any) -> AttackOutcome:
+    if outcome.status == "failed" and isinstance(answer, dict) and answer.get("status") == "failed":
+        if not answer.get("refused", True):
+            outcome.metrics[CRASHED] = 1.0
+    return outcome
 
 
 def _isolated(

@@ -23,6 +23,7 @@ from bench.errors import BenchInputError
 from bench.protocols import PROTOCOLS, Protocol
 from bench.protocols.base import ProtocolContext
 from bench.registry_utils import call_with_params, check_params
+from bench.simulation import hook_contract
 from bench.simulation.aggregation_log import AggregationLog
 from bench.simulation.channel import Channel
 from bench.simulation.config import DTYPES, SimulationConfig
@@ -196,6 +197,8 @@ class Simulation:
         self.protocol.bind(self.protocol_context)
         self.channel.slots = self.protocol.delivery_slots
         self.hooks.bind(self.run_info())
+        #: every overridden hook's output is checked before it is used (:mod:`.hook_contract`)
+        hook_contract.install(self.hooks)
         #: the row-locality check of the send-side hooks (:mod:`.row_locality`), when asked for
         self.row_locality = RowLocality(self.hooks, row_locality) if row_locality else None
         if adversary is not None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bench.attacks.base import AttackError
+from bench.attacks.base import AttackError, OracleUnavailable
 from bench.attacks.oracle import UNKNOWN_PROBLEMS, OracleClient
 from bench.simulation.hooks import GRADIENT_HOOKS
 from bench.threats import View
@@ -123,9 +123,9 @@ class ThroughOracle(torch.autograd.Function):
         values, grads = answer.get("values"), answer.get("grads")
         k = per_sample.shape[0]
         if not isinstance(values, torch.Tensor) or values.shape != (k,):
-            raise AttackError("the defense oracle answered with malformed values")
+            raise OracleUnavailable("the defense oracle answered with malformed values")
         if not isinstance(grads, torch.Tensor) or grads.shape != per_sample.shape:
-            raise AttackError("the defense oracle answered with a malformed gradient")
+            raise OracleUnavailable("the defense oracle answered with a malformed gradient")
         ctx.save_for_backward(grads.to(per_sample))
         return values.to(per_sample)
 
