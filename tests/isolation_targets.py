@@ -78,3 +78,18 @@ def sandboxed_scratch(request: Any) -> Any:
     with open(path, "w") as fh:
         fh.write("x")
     return {"scratch": tempfile.gettempdir(), "pid": os.getpid()}
+
+
+def sandboxed_read(request: Any) -> Any:
+    """Enter the sandbox and try to read each of ``request["paths"]``: what each read gave."""
+    from bench.runner import sandbox
+
+    sandbox.enter("test")
+    seen = {}
+    for path in request["paths"]:
+        try:
+            with open(path, "rb") as fh:
+                seen[path] = f"read {len(fh.read())} bytes"
+        except OSError as exc:
+            seen[path] = type(exc).__name__
+    return seen

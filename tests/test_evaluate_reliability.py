@@ -3,6 +3,7 @@ written, failed jobs can be retried and say why they failed."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -11,6 +12,7 @@ from sqlalchemy import create_engine
 from test_evaluate import LOGREG_TASK, evaluate, make_root
 
 import bench.results.store as store_module
+from bench.results import spool
 from bench.results.spool import spool_dir
 from bench.results.store import ResultStore, RetryPolicy
 
@@ -61,6 +63,30 @@ def test_a_locked_store_keeps_the_result_and_the_next_run_stores_it(tmp_path, ca
     assert list(spool_dir(tmp_path / "out").iterdir()) == []
     [result] = ResultStore(str(db)).results()
     assert result.key == spooled[0].stem and result.status == "ok"
+
+
+def test_a_forged_spool_file_is_not_the_baseline_and_its_job_runs(tmp_path, capsys):
+    """Issue 39 item 3: the undefended baseline's result, written by hand into the spool with
+    privacy 1.0, used to be stored as is and shown; it is moved aside with a warning now, and the
+    job runs."""
+    root = make_root(
+        tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"], "seeds": 1}}
+    )
+    assert evaluate(root, tmp_path / "first") == 0
+    [real] = ResultStore(str(tmp_path / "first" / "out" / "results.sqlite")).results()
+    forged = real.to_dict() | {"privacy": dict.fromkeys(real.privacy, 1.0)}
+    assert real.defense == "none" and real.privacy and forged["privacy"] != real.privacy
+    payload = {"format": spool.FORMAT, "version": spool.VERSION, "spooled_at": "2025-01-01T00:00:00+00:00"}
+    path = spool_dir(tmp_path / "out") / f"{real.key}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(payload | {"store_error": "", "result": forged}, indent=1, sort_keys=True))
+    capsys.readouterr()
+    assert evaluate(root, tmp_path) == 0
+    captured = capsys.readouterr()
+    assert f"warning: {path} was not stored" in captured.err and "no authentication tag" in captured.err
+    assert "1 jobs run, 0 already in the store" in captured.out
+    [result] = ResultStore(str(tmp_path / "out" / "results.sqlite")).results()
+    assert result.key == real.key and result.privacy != forged["privacy"]
 
 
 def test_with_jobs_running_at_once_no_finished_result_is_lost(tmp_path, capsys, monkeypatch):

@@ -8,18 +8,28 @@ import math
 import sqlite3
 from pathlib import Path
 
+import isolation_targets as targets
 import pytest
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from test_store import make_result
 
+import bench.results.spool as spool_module
 import bench.results.store as store_module
 from bench.errors import BenchInputError
 from bench.results.record import AttackOutcome, JobResult
 from bench.results.schema import SCHEMA_VERSION, AttackRow, JobRow
-from bench.results.spool import ResultKeeper, import_spooled, read_spool, spool_dir, write_spool
+from bench.results.spool import (
+    ResultKeeper,
+    UnauthenticSpoolFile,
+    import_spooled,
+    read_spool,
+    spool_dir,
+    write_spool,
+)
 from bench.results.store import ResultStore, RetryPolicy, StoreWriteError
 from bench.results.store_url import MASK, redact
+from bench.runner import isolation, sandbox
 
 SECRET = "secret"
 
@@ -415,14 +425,18 @@ def test_next_run_imports_the_spool_before_anything_else(tmp_path: Path, capsys)
     write_spool(make_result("a"), spool_dir(out))
     write_spool(nonfinite_result("b"), spool_dir(out))
     (spool_dir(out) / "junk.json").write_text("{not json")
+    future = _spooled_text(make_result("c"), version=99)  # genuine, from a newer bench
+    (spool_dir(out) / "c.json").write_text(_signed(future))
     store = ResultStore(str(tmp_path / "r.sqlite"))
     assert store.add(make_result("a"))  # already stored (the spool write raced a successful retry)
     ResultKeeper(store, out)
     assert store.finished_keys() == {"a", "b"} and store.count() == 2
-    assert sorted(p.name for p in spool_dir(out).iterdir()) == ["junk.json"]  # unreadable: left there
+    assert sorted(p.name for p in spool_dir(out).iterdir()) == ["c.json", "rejected"]  # genuine: left
+    assert [p.name for p in (spool_dir(out) / "rejected").iterdir()] == ["junk.json"]  # not bench's: moved
     captured = capsys.readouterr()
     assert "stored 2 result(s) that an earlier run kept" in captured.out
-    assert "junk.json was left in place" in captured.err
+    assert "c.json was left in place: spool format version 99" in captured.err
+    assert "junk.json was not stored" in captured.err
     assert import_spooled(store, out) == 0
 
 
@@ -435,6 +449,98 @@ def test_a_failing_import_keeps_the_spool(tmp_path: Path) -> None:
         ResultKeeper(store, out)
     assert (spool_dir(out) / "a.json").is_file()
     assert "kept by an earlier run" in info.value.message and "a.json" in info.value.message
+
+
+def _spooled_text(result: JobResult, version: int = spool_module.VERSION) -> str:
+    """A spool file's JSON as the spool writes it, without its tag (as an older bench did)."""
+    payload = {"format": spool_module.FORMAT, "version": version, "spooled_at": "2025-01-01T00:00:00+00:00"}
+    payload.update(store_error="", result=result.to_dict())
+    return json.dumps(payload, indent=1, sort_keys=True)
+
+
+def _signed(text: str) -> str:
+    """``text`` tagged with this user's spool key, as the parent tags what it spools."""
+    key = sandbox.parent_secret(spool_module.KEY_NAME, create=True)
+    assert key is not None
+    tagged = json.loads(text) | {"hmac": spool_module._tag(key, text.encode())}
+    return json.dumps(tagged, indent=1, sort_keys=True)
+
+
+def _forged_baseline(key: str) -> JobResult:
+    forged = make_result(key)
+    forged.privacy = {"server": 1.0, "neighbors": 1.0}
+    return forged
+
+
+def test_a_forged_spool_file_is_not_stored_and_its_job_runs_again(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Issue 39 item 3: a spool file written by hand (the undefended baseline with privacy 1.0)
+    used to be stored as is; only files the parent tagged with its key are stored now."""
+    out = tmp_path / "out"
+    write_spool(make_result("genuine"), spool_dir(out))
+    forged = spool_dir(out) / "forged.json"
+    forged.write_text(_spooled_text(_forged_baseline("forged")))
+    fake_tag = spool_dir(out) / "fake-tag.json"
+    with_tag = json.loads(_spooled_text(_forged_baseline("fake-tag"))) | {"hmac": "0" * 64}
+    fake_tag.write_text(json.dumps(with_tag, indent=1, sort_keys=True))
+    store = ResultStore(str(tmp_path / "r.sqlite"))
+    ResultKeeper(store, out)
+    assert store.finished_keys() == {"genuine"}  # the forged jobs are not finished: they run
+    assert all(r.privacy != {"server": 1.0, "neighbors": 1.0} for r in store.results())
+    err = capsys.readouterr().err
+    assert f"warning: {forged} was not stored" in err and "no authentication tag" in err
+    assert f"warning: {fake_tag} was not stored" in err and "does not match its contents" in err
+    assert sorted(p.name for p in (spool_dir(out) / "rejected").iterdir()) == ["fake-tag.json", "forged.json"]
+    assert [p.name for p in spool_dir(out).iterdir()] == ["rejected"]
+
+
+def test_a_genuine_spool_file_edited_afterwards_is_discarded(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "out"
+    path = write_spool(make_result("a"), spool_dir(out))
+    assert read_spool(path) == make_result("a")  # genuine: accepted as written
+    data = path.read_bytes()
+    assert b'"utility": 0.9123456789' in data
+    path.write_bytes(data.replace(b'"utility": 0.9123456789', b'"utility": 0.9923456789'))
+    with pytest.raises(UnauthenticSpoolFile, match="does not match"):
+        read_spool(path)
+    store = ResultStore(str(tmp_path / "r.sqlite"))
+    assert import_spooled(store, out) == 0 and store.count() == 0
+    moved = spool_dir(out) / "rejected" / "a.json"
+    assert f"{path} was not stored and was moved to {moved}" in capsys.readouterr().err
+
+
+def test_the_spool_key_is_private_and_a_sandboxed_child_cannot_read_it(tmp_path: Path) -> None:
+    """The key lives beneath /tmp, which the sandbox does not let a child read (the out folder
+    it may read); a key folder another account could know is refused."""
+    assert sandbox.landlock_abi() >= 1, "this machine's kernel has Landlock; the sandbox test needs it"
+    write_spool(make_result("a"), spool_dir(tmp_path / "out"))
+    key = str(sandbox.SECRETS_DIR / spool_module.KEY_NAME)
+    readable = str(Path(__file__).resolve())
+    seen = isolation.call(targets.sandboxed_read, {"paths": [key, readable]})
+    assert seen[key] == "PermissionError" and seen[readable].startswith("read ")
+    assert (sandbox.SECRETS_DIR.stat().st_mode & 0o777, Path(key).stat().st_mode & 0o777) == (0o700, 0o600)
+
+
+def test_a_spool_key_folder_others_could_read_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "out"
+    path = write_spool(make_result("a"), spool_dir(out))
+    shared = tmp_path / "shared-secrets"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    monkeypatch.setattr(sandbox, "SECRETS_DIR", shared)
+    with pytest.raises(OSError, match="not a private folder"):
+        write_spool(make_result("b"), spool_dir(out))
+    store = ResultStore(str(tmp_path / "r.sqlite"))
+    assert import_spooled(store, out) == 0 and store.count() == 0
+    assert f"{path} was not stored" in capsys.readouterr().err
+    monkeypatch.setattr(sandbox, "SECRETS_DIR", tmp_path / "none-yet")
+    with pytest.raises(UnauthenticSpoolFile, match="no spool key"):  # /tmp cleared: nothing to check with
+        read_spool(spool_dir(out) / "rejected" / "a.json")
+
+
+def test_no_readable_root_of_the_sandbox_holds_the_secrets(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("sys.path", ["/tmp", "/", *__import__("sys").path])
+    roots = sandbox.readable_roots(["/tmp"])
+    assert roots and not any(sandbox.SECRETS_DIR.is_relative_to(r.resolve()) for r in roots)
 
 
 # -- failed jobs ------------------------------------------------------------------------------------

@@ -20,6 +20,11 @@ Temporary files of libraries (``TMPDIR``, PyTorch's inductor cache, Matplotlib's
 pointed into the scratch folder first. Where the kernel has no Landlock, :func:`enter` answers
 ``"none"`` and the process runs unsandboxed; the answer is part of the job's provenance.
 
+The parent's secrets live beneath ``/tmp``, the one top-level folder a sandboxed process may not
+read: :func:`parent_secret` keeps them in ``/tmp/bench-secrets-<uid>`` (a 0700 folder of this
+user), and a readable root that would contain that folder (``/tmp`` itself on ``sys.path``) is
+left out (:func:`readable_roots`). The spool's key (:mod:`bench.results.spool`) is one.
+
 Not covered: a pathname Unix socket in one process's scratch folder, connected to by a process
 that knows its path (Landlock has no rule for ``connect`` on a path before ABI 7's scopes).
 """
@@ -28,10 +33,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import shutil
+import stat
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -49,6 +56,11 @@ _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 #: the sandbox this process entered (``None``: none yet)
 _entered: str | None = None
+
+#: the one top-level folder a sandboxed process may not read (its scratch folder aside)
+UNREADABLE = Path("/tmp")
+#: this user's parent-only secrets (:func:`parent_secret`)
+SECRETS_DIR = UNREADABLE / f"bench-secrets-{os.getuid()}"
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -86,11 +98,67 @@ def _fs_rights(abi: int) -> int:
 def readable_roots(extra: Iterable[str | Path] = ()) -> list[Path]:
     """What a sandboxed process may read: every top-level folder but ``/tmp``, Python's paths,
     the data folders and ``extra`` (the benchmark root)."""
-    roots = [Path("/") / name for name in os.listdir("/") if name != "tmp"]
+    roots = [Path("/") / name for name in os.listdir("/") if name != UNREADABLE.name]
     roots += [Path(p) for p in (sys.prefix, sys.base_prefix, *sys.path) if p]
     data = os.environ.get("BENCH_DATA")
     roots += [Path(p) for p in (data, *extra) if p]
-    return [p for p in roots if p.exists()]
+    # a root holding the parent's secrets (``/tmp`` on sys.path, a link to it) is left out
+    return [p for p in roots if p.exists() and not SECRETS_DIR.is_relative_to(p.resolve())]
+
+
+def parent_secret(name: str, create: bool) -> bytes | None:
+    """This user's random 32-byte secret ``name``, kept in :data:`SECRETS_DIR` (module docstring).
+
+    Only the parent calls this, and only when it needs the secret: children are forked from the
+    fork server (:mod:`bench.runner.isolation`), which never holds it, and a sandboxed child can
+    neither read the folder nor ``ptrace`` the parent. Returns ``None`` when there is no such
+    secret and ``create`` is false; with ``create`` a new one is made (two processes making it
+    at once end up with the same one: the first is never replaced).
+
+    Raises
+    ------
+    OSError
+        When the folder or the file is not this user's private one (a link, another owner,
+        readable by others): another account could know the secret, so it is not used.
+    """
+    if create:
+        SECRETS_DIR.mkdir(mode=0o700, exist_ok=True)
+    try:
+        _check_private(os.lstat(SECRETS_DIR), SECRETS_DIR, stat.S_ISDIR)
+        return _read_secret(SECRETS_DIR / name)
+    except FileNotFoundError:
+        if not create:
+            return None
+    fd, tmp = tempfile.mkstemp(dir=SECRETS_DIR, prefix=".new-")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(32))
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, SECRETS_DIR / name)  # never replaces one made meanwhile
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
+    return _read_secret(SECRETS_DIR / name)
+
+
+def _check_private(info: os.stat_result, path: Path, kind: Callable[[int], bool]) -> None:
+    if not kind(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise OSError(f"{path} is not a private {'folder' if kind is stat.S_ISDIR else 'file'} of this user")
+
+
+def _read_secret(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _check_private(os.fstat(fd), path, stat.S_ISREG)
+        data = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    if len(data) != 32:
+        raise OSError(f"{path} is not a bench secret ({len(data)} bytes)")
+    return data
 
 
 #: a sandboxed process's scratch folder is ``<tmp>/bench-<pid>-<role>-<random>``
