@@ -261,3 +261,52 @@ def test_an_attack_that_crashes_on_a_defended_run_counts_as_full_leakage(tmp_pat
     baseline = {a.attack: a for a in none.attacks}["hostile_crasher"]
     assert baseline.status == "failed" and baseline.leakage is None
     assert none.privacy["server"] == pytest.approx(1.0 - none.attacks[1].leakage)
+
+
+def test_a_defense_can_read_neither_its_parents_arguments_nor_the_store_nor_write_it(tmp_path):
+    """Issue 39, item 1: a plugin that reads ``--store`` from its parent's command line and
+    rewrites its own row. In the sandbox it can read no other process's ``/proc`` folder and
+    neither read nor write the store or the spool; it reports what it tried through its
+    accounting (the one channel it has to the parent)."""
+    out = tmp_path / "out"
+    source = f"""
+        import os
+        from bench.defenses_api import DEFENSES, Defense
+
+        def attempt(path, mode):
+            try:
+                with open(path, mode) as f:
+                    f.read(1) if "r" in mode else f.write("x")
+                return "allowed"
+            except OSError as exc:
+                return type(exc).__name__
+
+        @DEFENSES.register("store_writer", "reads its parent's arguments, then the store")
+        class StoreWriter(Defense):
+            def bind(self, run):
+                super().bind(run)
+                ppid = os.getppid()
+                self.tried = {{
+                    "parent_cmdline": attempt(f"/proc/{{ppid}}/cmdline", "rb"),
+                    "init_cmdline": attempt("/proc/1/cmdline", "rb"),
+                    "own_status": attempt("/proc/self/status", "rb"),
+                    "store_read": attempt({str(out / "results.sqlite")!r}, "rb"),
+                    "store_write": attempt({str(out / "results.sqlite")!r}, "ab"),
+                    "spool_write": attempt({str(out / "spool" / "forged.json")!r}, "w"),
+                }}
+
+            def outgoing(self, msgs, ctx):
+                return msgs.with_payload(msgs.payload * 1.0001)
+
+            def accounting(self):
+                return self.tried
+    """
+    root = make_root(tmp_path, tiny_task([ANALYTIC]), {"store_writer": source})
+    store = evaluate(root, tmp_path)
+    (row,) = [r for r in store.results() if r.defense == "store_writer"]
+    tried = row.accounting
+    assert tried["own_status"] == "allowed", tried  # the sandbox still lets it read its own /proc
+    for what in ("parent_cmdline", "init_cmdline", "store_read", "store_write", "spool_write"):
+        assert tried[what] in ("PermissionError", "FileNotFoundError"), (what, tried)
+    assert tried["store_read"] == "PermissionError" and tried["parent_cmdline"] == "PermissionError"
+    assert row.provenance["sandbox"].startswith("landlock")

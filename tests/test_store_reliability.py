@@ -543,6 +543,27 @@ def test_no_readable_root_of_the_sandbox_holds_the_secrets(monkeypatch) -> None:
     assert roots and not any(sandbox.SECRETS_DIR.is_relative_to(r.resolve()) for r in roots)
 
 
+def test_the_sandbox_reads_no_store_beside_the_plugins_and_no_other_process(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 39, item 1: a benchmark root's ``runs/`` (where a store and spool live) and its
+    parent folders are not readable, even with the root on ``sys.path``; its plugins are; of
+    ``/proc`` only this process's own folder among the processes'."""
+    import os
+
+    root = tmp_path / "bench-root"
+    for name in ("defenses", "tasks", "runs"):
+        (root / name).mkdir(parents=True)
+    monkeypatch.setattr("sys.path", [str(root), str(tmp_path), *__import__("sys").path])
+    roots = [r.resolve() for r in sandbox.readable_roots([root])]
+
+    def readable(path: Path) -> bool:
+        return any(path.resolve().is_relative_to(r) for r in roots)
+
+    assert readable(root / "defenses" / "x.py") and readable(root / "tasks" / "x.yaml")
+    assert not readable(root / "runs" / "results.sqlite") and not readable(root / "results.sqlite")
+    assert readable(Path(f"/proc/{os.getpid()}/status"))
+    assert not readable(Path(f"/proc/{os.getppid()}/cmdline")) and not readable(Path("/proc/1/cmdline"))
+
+
 # -- failed jobs ------------------------------------------------------------------------------------
 
 

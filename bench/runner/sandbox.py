@@ -7,10 +7,13 @@ enters a sandbox of its own before the first request (:func:`enter`), with the k
 unprivileged mechanisms:
 
 * **Landlock** (Linux ≥ 5.13; ``landlock(7)``): the process may *write* only inside a private
-  scratch folder made for it, and *read* only the system's folders (every top-level folder but
-  ``/tmp``), Python's own paths, the benchmark root and the data folders — not another process's
-  scratch, not ``/tmp``. TCP ``bind``/``connect`` are denied (ABI ≥ 4); abstract Unix sockets and
-  signals cannot reach a process outside the sandbox (ABI ≥ 6). A Landlock domain cannot be left,
+  scratch folder made for it, and *read* only the system's folders (:data:`SYSTEM_FOLDERS`), its
+  own folder of ``/proc``, Python's own paths, the ``bench`` package, the benchmark root's plugin
+  and task folders and the data folders (:func:`readable_roots`) — not another process's
+  scratch, not ``/tmp``, not the users' folders where a results store or spool lives, and not
+  ``/proc/<pid>`` of any other process, so not the parent's command line. TCP
+  ``bind``/``connect`` are denied (ABI ≥ 4); abstract Unix sockets and signals cannot reach a
+  process outside the sandbox (ABI ≥ 6). A Landlock domain cannot be left,
   and ``ptrace`` (so ``/proc/<pid>/mem``) of a process outside it is denied.
 * **Namespaces** (where the process may create them, e.g. as root): a network namespace of its
   own (no interface but a loopback that is down: no UDP or TCP to a sibling) and an IPC namespace
@@ -95,15 +98,58 @@ def _fs_rights(abi: int) -> int:
     return _FS_BY_ABI[max(k for k in _FS_BY_ABI if k <= abi)]
 
 
+#: the top-level folders of the system a sandboxed process may read (programs, libraries,
+#: configuration, devices, the kernel's ``/sys``); not the users' folders (``/root``, ``/home``,
+#: ``/work`` …), where a results store or a spool may live
+SYSTEM_FOLDERS = (
+    "bin",
+    "dev",
+    "etc",
+    "lib",
+    "lib32",
+    "lib64",
+    "libx32",
+    "nix",
+    "opt",
+    "run",
+    "sbin",
+    "snap",
+    "sys",
+    "usr",
+)
+#: the folders of a benchmark root a sandboxed process may read: the plugins and the task specs
+#: (not the root itself, which may hold ``runs/``, a store or the leaderboard's entries)
+ROOT_FOLDERS = ("defenses", "tasks")
+
+
 def readable_roots(extra: Iterable[str | Path] = ()) -> list[Path]:
-    """What a sandboxed process may read: every top-level folder but ``/tmp``, Python's paths,
-    the data folders and ``extra`` (the benchmark root)."""
-    roots = [Path("/") / name for name in os.listdir("/") if name != UNREADABLE.name]
-    roots += [Path(p) for p in (sys.prefix, sys.base_prefix, *sys.path) if p]
-    data = os.environ.get("BENCH_DATA")
-    roots += [Path(p) for p in (data, *extra) if p]
+    """What a sandboxed process may read: the system's folders (:data:`SYSTEM_FOLDERS`), of
+    ``/proc`` its own process's folder and the kernel's files (not another process's folder, so
+    not the parent's command line), Python's prefixes and its path (but no folder holding a
+    benchmark root: a store may be in it), the ``bench`` package, the data folders (``BENCH_DATA``,
+    ``~/.cache/bench``) and, of each benchmark root in ``extra``, its plugin and task folders
+    (:data:`ROOT_FOLDERS`)."""
+    import bench
+
+    roots = [Path("/") / name for name in SYSTEM_FOLDERS]
+    roots += _proc_entries()
+    benchmark = [Path(p).resolve() for p in extra if p]
+    on_path = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p]
+    roots += [p for p in on_path if not any(r.is_relative_to(p.resolve()) for r in benchmark if p.exists())]
+    roots += [Path(bench.__file__).resolve().parent]
+    roots += [Path(p) for p in (os.environ.get("BENCH_DATA"), Path.home() / ".cache" / "bench") if p]
+    roots += [r / name for r in benchmark for name in ROOT_FOLDERS]
     # a root holding the parent's secrets (``/tmp`` on sys.path, a link to it) is left out
     return [p for p in roots if p.exists() and not SECRETS_DIR.is_relative_to(p.resolve())]
+
+
+def _proc_entries() -> list[Path]:
+    """Of ``/proc``: this process's own folder and every entry that is not a process's folder."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    own = proc / str(os.getpid())
+    return [own, *(proc / name for name in os.listdir(proc) if not name.isdigit())]
 
 
 def parent_secret(name: str, create: bool) -> bytes | None:
