@@ -626,6 +626,34 @@ def test_a_task_file_that_is_not_clean_yaml_is_one_clear_error(tmp_path, capsys,
     assert stored_rows(tmp_path) == 0
 
 
+def flow_alias_bomb(levels: int) -> str:
+    """A one-line "billion laughs" list: each level holds the one below nine times."""
+    text = "&a0 [0, 0, 0, 0, 0, 0, 0, 0, 0]"
+    for i in range(1, levels):
+        text = f"&a{i} [{', '.join([text] + [f'*a{i - 1}'] * 8)}]"
+    return text
+
+
+@pytest.mark.parametrize("where", ["an unknown task field", "an attack's rounds"])
+@pytest.mark.parametrize("levels", [5, 9])  # 66 430 values (read, shown cut) and 9**9 (refused)
+def test_an_alias_bomb_is_one_short_error(tmp_path, capsys, where, levels):
+    root = make_root(tmp_path)
+    task = json.loads(json.dumps(TASK))
+    if where == "an unknown task field":
+        task["bomb"] = "BOMB"
+    else:
+        task["threats"][0]["attacks"][0]["params"]["rounds"] = "BOMB"
+    text = yaml.safe_dump(task, sort_keys=False).replace("BOMB", flow_alias_bomb(levels))
+    (root / "tasks" / "tiny.yaml").write_text(text)
+    start = time.monotonic()
+    assert evaluate(tmp_path, root) == 2
+    err = capsys.readouterr().err
+    assert time.monotonic() - start < 60 and len(err) < 2000, (where, levels, len(err))
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert ("tiny.yaml" in err and "alias" in err) if levels == 9 else ("…" in err)
+    assert stored_rows(tmp_path) == 0
+
+
 def test_a_store_password_is_never_shown(tmp_path, capsys):
     root = make_root(tmp_path)
     url = "postgresql+pg8000://bench:pw-4711@127.0.0.1:1/results"
