@@ -27,7 +27,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 
 from bench.data.stacked import derive_seed
-from bench.errors import BenchInputError
+from bench.errors import BenchInputError, short_repr
 from bench.registry import Registry
 from bench.simulation.hooks import DefenseHooks, RunInfo, overridden_hooks
 
@@ -224,9 +224,10 @@ def load_defense_module(name: str, root: Path, source: bytes | None = None) -> N
     """Import the plugin ``root/defenses/<name>.py`` (which registers the defense), once per
     process. With ``source``, execute exactly those bytes (the ones the harness hashed).
 
-    A plugin that cannot be read or executed (syntax error, non-UTF-8 bytes, an exception at
-    import), that registers a name another plugin has, or that does not register ``name``, is
-    an input error naming the file; whatever it registered is removed again."""
+    A plugin that cannot be read or executed (syntax error, non-UTF-8 bytes, an exception or a
+    ``sys.exit()`` at import), that registers a name another plugin has, or that does not
+    register ``name``, is an input error naming the file; whatever it registered is removed
+    again."""
     if name in DEFENSES:
         return
     path = defense_path(name, root)
@@ -243,6 +244,11 @@ def load_defense_module(name: str, root: Path, source: bytes | None = None) -> N
     except BenchInputError:
         _unregister(set(DEFENSES.names()) - before, module_name)
         raise
+    except SystemExit as exc:  # sys.exit() in the plugin would otherwise end bench silently
+        _unregister(set(DEFENSES.names()) - before, module_name)
+        code = short_repr(exc.code)
+        reason = f"the plugin {path} does not load: it called sys.exit({code}) at import"
+        raise BenchInputError("defense", name, reason=reason) from None
     except Exception as exc:  # any failure of the plugin's own code: one line naming the file
         _unregister(set(DEFENSES.names()) - before, module_name)
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

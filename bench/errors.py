@@ -14,6 +14,52 @@ from typing import Any
 
 #: the reason of an error about a parameter name a factory does not accept
 UNKNOWN_PARAMETER = "unknown parameter"
+#: the most characters of a user's value an error message shows (the rest is cut at "…")
+REPR_LIMIT = 300
+
+
+class _Full(Exception):
+    """Raised inside :func:`short_repr` once the text is long enough."""
+
+
+def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
+    """``repr(value)``, cut after ``limit`` characters with ``"…"``, computed without building
+    the whole text: a value that shares or repeats its parts (a YAML alias bomb, a list of a
+    million numbers, a recursive list) costs at most about ``limit`` characters of work."""
+    out: list[str] = []
+    size = 0
+
+    def emit(text: str) -> None:
+        nonlocal size
+        out.append(text)
+        size += len(text)
+        if size > limit:
+            raise _Full
+
+    def walk(item: Any) -> None:
+        kind = type(item)
+        if kind is dict:
+            emit("{")
+            for i, (key, sub) in enumerate(item.items()):
+                emit(", " if i else "")
+                walk(key)
+                emit(": ")
+                walk(sub)
+            emit("}")
+        elif kind is list or kind is tuple:
+            emit("[" if kind is list else "(")
+            for i, sub in enumerate(item):
+                emit(", " if i else "")
+                walk(sub)
+            emit("]" if kind is list else ",)" if len(item) == 1 else ")")
+        else:
+            emit(repr(item)[: limit + 1])
+
+    try:
+        walk(value)
+    except (_Full, RecursionError):
+        return "".join(out)[:limit] + "…"
+    return "".join(out)
 
 
 class BenchInputError(ValueError):
@@ -58,7 +104,7 @@ class BenchInputError(ValueError):
 
     @property
     def message(self) -> str:
-        text = f"invalid value for '{self.field}': {self.value!r}"
+        text = f"invalid value for '{self.field}': {short_repr(self.value)}"
         if self.reason:
             text += f" ({self.reason})"
         text += "." + did_you_mean(self.suggestion)

@@ -14,7 +14,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bench.errors import BenchInputError, closest_name, did_you_mean
+from bench.errors import BenchInputError, closest_name, did_you_mean, short_repr
 from bench.simulation.config import ParamValue, SimulationConfig
 from bench.threats.view import KNOWLEDGE_ITEMS
 from bench.yaml_io import read_yaml  # noqa: F401  (the one YAML reader, re-exported)
@@ -254,10 +254,16 @@ def fields_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str] |
     return list(current.model_fields) if is_model else None
 
 
+#: the most problems one validation message lists (the rest are counted)
+MAX_PROBLEMS = 20
+
+
 def validation_message(
     exc: ValidationError, source: str | None = None, model: type[BaseModel] | None = None
 ) -> str:
-    """One paragraph from a pydantic error: each bad field with its value and what is wrong.
+    """One paragraph from a pydantic error: each bad field with its value (cut by
+    :func:`~bench.errors.short_repr`) and what is wrong; the first :data:`MAX_PROBLEMS` problems,
+    then how many more there are.
 
     Parameters
     ----------
@@ -279,7 +285,7 @@ def validation_message(
             valid = fields_at(model, tuple(err["loc"][:-1])) if model is not None else None
             hint = did_you_mean(closest_name(str(err["loc"][-1]), valid or ()))
             hint += f" Valid fields here: {', '.join(valid)}." if valid else ""
-            parts.append(f"unknown field '{loc}' (value {value!r}).{hint}")
+            parts.append(f"unknown field '{loc}' (value {short_repr(value)}).{hint}")
         elif err["type"] == "missing":
             parts.append(f"missing field '{loc}'.")
         else:
@@ -289,7 +295,9 @@ def validation_message(
                 literal = annotation_at(model, tuple(err["loc"]))
                 choices = [str(a) for a in get_args(literal)] if get_origin(literal) is Literal else []
                 hint = did_you_mean(closest_name(value, choices))
-            parts.append(f"invalid value for '{loc}': {value!r} ({msg}).{hint}")
+            parts.append(f"invalid value for '{loc}': {short_repr(value)} ({msg}).{hint}")
+    if len(parts) > MAX_PROBLEMS:
+        parts[MAX_PROBLEMS:] = [f"… and {len(parts) - MAX_PROBLEMS} more problems."]
     return (f"{source}: " if source else "") + " ".join(parts)
 
 

@@ -58,7 +58,7 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bench.errors import closest_name, did_you_mean
+from bench.errors import closest_name, did_you_mean, short_repr
 from bench.specs import SpecError, TaskSpec, validation_message
 
 VARIANTS = "variants"
@@ -167,7 +167,7 @@ def variant_task(data: dict[str, Any], path: Path, name: str) -> TaskSpec:
 def _family(data: dict[str, Any], path: Path) -> TaskFamily:
     if "name" in data:
         raise SpecError(
-            f"{path}: a file with variants has no 'name' (value {data['name']!r}): each variant "
+            f"{path}: a file with variants has no 'name' (value {short_repr(data['name'])}): each variant "
             "names one task."
         )
     try:

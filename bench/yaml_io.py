@@ -10,7 +10,10 @@ that cannot be stored refused:
   are integers;
 - an infinite or NaN number (``.inf``, ``.nan``, ``1e999``) is an error: results are stored as
   standard JSON, which has neither;
-- a key given twice in one mapping is an error naming both lines (PyYAML keeps the last one).
+- a key given twice in one mapping is an error naming both lines (PyYAML keeps the last one);
+- a document whose aliases (``*name``) expand it to more than :data:`MAX_EXPANDED_VALUES` values
+  (a "billion laughs" alias bomb: a few lines that stand for a billion values), or in which an
+  alias refers to a node that contains it (a recursive value), is an error naming the line.
 
 Errors are :class:`~bench.errors.BenchInputError` naming the file (or the argument), the line
 and what is wrong; a file that is not UTF-8 text is one too.
@@ -26,7 +29,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-from bench.errors import NON_FINITE, BenchInputError
+from bench.errors import NON_FINITE, BenchInputError, short_repr
 
 INT_TAG = "tag:yaml.org,2002:int"
 FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -34,6 +37,9 @@ _DIGITS = "[0-9](?:_?[0-9])*"
 INT_PATTERN = re.compile(
     rf"^[-+]?(?:{_DIGITS}|0[xX][0-9a-fA-F](?:_?[0-9a-fA-F])*|0[oO][0-7](?:_?[0-7])*|0[bB][01](?:_?[01])*)$"
 )
+#: the most values (scalars, lists and mappings, each alias counted as the values it stands for)
+#: a document with aliases may expand to; task, suite and config files have a few hundred
+MAX_EXPANDED_VALUES = 100_000
 FLOAT_PATTERN = re.compile(
     rf"^[-+]?(?:(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][-+]?[0-9]+)?"
     r"|\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
@@ -51,9 +57,61 @@ class YAMLValueError(ConstructorError):
         self.short = short
 
 
+def check_expansion(root: yaml.Node) -> None:
+    """Raise :class:`YAMLValueError` when the value of ``root`` — with every alias expanded into
+    the values it stands for — has more than :data:`MAX_EXPANDED_VALUES` values, or contains
+    itself. Each distinct node is visited once (its expanded size is remembered), so the check
+    costs as much as the document's text, not its expansion."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            problem = "an alias refers to a value that contains it (a recursive value)"
+            raise YAMLValueError(problem, node.start_mark, "recursive alias")
+        open_nodes.add(key)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        total = 1 + sum(size(child) for child in children)
+        open_nodes.discard(key)
+        if total > MAX_EXPANDED_VALUES:
+            problem = (
+                f"its aliases expand this value to more than {MAX_EXPANDED_VALUES:,} values "
+                "(an alias bomb?); write the values out or use fewer aliases"
+            )
+            raise YAMLValueError(
+                problem, node.start_mark, f"aliases expand to over {MAX_EXPANDED_VALUES:,} values"
+            )
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
 class BenchLoader(yaml.SafeLoader):
-    """:class:`yaml.SafeLoader` with the number rules, finiteness check and duplicate-key check
-    described in the module docstring."""
+    """:class:`yaml.SafeLoader` with the number rules, finiteness check, duplicate-key check and
+    alias-expansion bound described in the module docstring."""
+
+    #: whether the document being composed has an alias (only then is its expansion checked)
+    aliases_seen: bool = False
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            self.aliases_seen = True
+        return super().compose_node(parent, index)
+
+    def compose_document(self) -> yaml.Node:
+        self.aliases_seen = False
+        node = super().compose_document()
+        if self.aliases_seen:  # without aliases the values are bounded by the text
+            check_expansion(node)
+        return node
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = str(self.construct_scalar(node)).replace("_", "")
@@ -86,7 +144,7 @@ class BenchLoader(yaml.SafeLoader):
                 try:  # a non-finite number is reported with the key it is the value of
                     self.construct_yaml_float(value_node)
                 except YAMLValueError as exc:
-                    problem = f"{key!r}: {exc.problem}"
+                    problem = f"{short_repr(key)}: {exc.problem}"
                     raise YAMLValueError(problem, value_node.start_mark, exc.short) from None
             try:
                 earlier = first.setdefault(key, key_node)
@@ -95,9 +153,9 @@ class BenchLoader(yaml.SafeLoader):
             if earlier is not key_node:
                 first_line = earlier.start_mark.line + 1
                 raise YAMLValueError(
-                    f"duplicate key {key!r} (first at line {first_line})",
+                    f"duplicate key {short_repr(key)} (first at line {first_line})",
                     key_node.start_mark,
-                    f"duplicate key {key!r}",
+                    f"duplicate key {short_repr(key)}",
                 )
         return super().construct_mapping(node, deep=deep)
 

@@ -419,6 +419,8 @@ def test_a_root_without_tasks_and_a_suite_naming_a_missing_task(tmp_path, capsys
             "registers none",
         ),
         ("registers nothing", "x = 1\n", "registers no defense"),
+        ("exits at import", "import sys\nsys.exit(0)\n", "called sys.exit(0) at import"),
+        ("exits with a message", "raise SystemExit('bye')\n", "called sys.exit('bye') at import"),
     ],
 )
 def test_a_broken_plugin_is_one_line_and_does_not_break_the_rest(tmp_path, capsys, case, source, expected):
@@ -433,6 +435,21 @@ def test_a_broken_plugin_is_one_line_and_does_not_break_the_rest(tmp_path, capsy
     assert "gaussian_noise" in captured.out and "broken.py" in captured.err
     assert evaluate(tmp_path, root, "--defense", "none") == 0  # and still run
     assert stored_rows(tmp_path) == 1
+
+
+def test_a_plugin_calling_sys_exit_does_not_end_list_silently(tmp_path):
+    root = make_root(tmp_path)
+    (root / "defenses" / "exits.py").write_text("import sys\nsys.exit(0)\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "list", "--root", str(root)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "tiny" in proc.stdout and "gaussian_noise" in proc.stdout  # the rest is listed
+    assert "exits.py does not load: it called sys.exit(0) at import" in proc.stderr
 
 
 def test_a_broken_task_file_does_not_hide_the_other_tasks(tmp_path, capsys):
@@ -623,6 +640,34 @@ def test_a_task_file_that_is_not_clean_yaml_is_one_clear_error(tmp_path, capsys,
     assert err.startswith("error: ") and "Traceback" not in err
     for part in expected:
         assert part in err, (case, err)
+    assert stored_rows(tmp_path) == 0
+
+
+def flow_alias_bomb(levels: int) -> str:
+    """A one-line "billion laughs" list: each level holds the one below nine times."""
+    text = "&a0 [0, 0, 0, 0, 0, 0, 0, 0, 0]"
+    for i in range(1, levels):
+        text = f"&a{i} [{', '.join([text] + [f'*a{i - 1}'] * 8)}]"
+    return text
+
+
+@pytest.mark.parametrize("where", ["an unknown task field", "an attack's rounds"])
+@pytest.mark.parametrize("levels", [5, 9])  # 66 430 values (read, shown cut) and 9**9 (refused)
+def test_an_alias_bomb_is_one_short_error(tmp_path, capsys, where, levels):
+    root = make_root(tmp_path)
+    task = json.loads(json.dumps(TASK))
+    if where == "an unknown task field":
+        task["bomb"] = "BOMB"
+    else:
+        task["threats"][0]["attacks"][0]["params"]["rounds"] = "BOMB"
+    text = yaml.safe_dump(task, sort_keys=False).replace("BOMB", flow_alias_bomb(levels))
+    (root / "tasks" / "tiny.yaml").write_text(text)
+    start = time.monotonic()
+    assert evaluate(tmp_path, root) == 2
+    err = capsys.readouterr().err
+    assert time.monotonic() - start < 60 and len(err) < 2000, (where, levels, len(err))
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert ("tiny.yaml" in err and "alias" in err) if levels == 9 else ("…" in err)
     assert stored_rows(tmp_path) == 0
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from bench.arguments import parse_value, split_items
-from bench.errors import BenchInputError
+from bench.errors import REPR_LIMIT, BenchInputError, short_repr
 from bench.yaml_io import load_yaml, read_yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,3 +143,55 @@ def test_a_bad_command_line_value_names_the_field_and_the_value(text, reason):
 )
 def test_items_split_at_commas_outside_brackets_and_quotes(text, items):
     assert split_items(text) == items
+
+
+def alias_bomb(levels: int, key: str = "a") -> str:
+    """A "billion laughs" document: each level lists the one below nine times (9**levels values)."""
+    lines = [f"{key}0: &{key}0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{key}{i}: &{key}{i} [{', '.join([f'*{key}{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_naming_the_line(tmp_path):
+    path = tmp_path / "task.yaml"
+    path.write_text("name: t\n" + alias_bomb(9))  # 1 kB standing for 387 420 489 values
+    with pytest.raises(BenchInputError) as info:
+        read_yaml(path)
+    message = info.value.message
+    assert "line 7, column 5: its aliases expand this value to more than 100,000 values" in message
+    assert len(message) < 500
+    with pytest.raises(BenchInputError, match="aliases expand to over 100,000 values"):
+        parse_value("[" + ", ".join(["&a0 [x, x, x, x, x, x, x, x, x]"] + ["*a0"] * 20_000) + "]", "p.x", "x")
+
+
+@pytest.mark.parametrize("text", ["a: &a [1, *a]\n", "a: &a {b: *a}\n", "&x [1, [2, *x]]\n"])
+def test_a_recursive_alias_is_refused(text):
+    with pytest.raises(yaml.YAMLError, match="refers to a value that contains it"):
+        load_yaml(text)
+
+
+def test_aliases_below_the_bound_are_read():
+    data = load_yaml(alias_bomb(4) + "base: &b {lr: 1, mu: 2}\nrun: {<<: *b, lr: 3}\n")
+    assert len(data["a3"]) == 9 and data["a3"][8][8][8] == ["x"] * 9
+    assert data["run"] == {"lr": 3, "mu": 2}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [1, "a", [1, (2,), {"a": (1, 2)}], {}, (), [None, True, 1.5], {"x": [[]]}],
+)
+def test_short_repr_is_repr_for_short_values(value):
+    assert short_repr(value) == repr(value)
+
+
+def test_short_repr_cuts_long_shared_and_recursive_values():
+    shared = [["x"] * 9] * 9
+    for _ in range(8):
+        shared = [shared] * 9  # 9**10 values, never built as text
+    loop: list = []
+    loop.append(loop)
+    for value in (shared, loop, list(range(10**6)), "y" * 10**6):
+        text = short_repr(value)
+        assert len(text) == REPR_LIMIT + 1 and text.endswith("…")
+    assert short_repr(shared).startswith("[" * 10 + "'x', 'x'") and short_repr(loop) == "[" * REPR_LIMIT + "…"
+    assert short_repr(list(range(10**6)))[:-1] == repr(list(range(1000)))[:REPR_LIMIT]
