@@ -310,3 +310,20 @@ def test_a_defense_can_read_neither_its_parents_arguments_nor_the_store_nor_writ
         assert tried[what] in ("PermissionError", "FileNotFoundError"), (what, tried)
     assert tried["store_read"] == "PermissionError" and tried["parent_cmdline"] == "PermissionError"
     assert row.provenance["sandbox"].startswith("landlock")
+
+
+def test_evaluate_refuses_to_run_defense_code_unsandboxed_unless_told(tmp_path, monkeypatch, capsys):
+    """Issue 39, item 1: on a kernel without Landlock, ``evaluate`` stops with a clear error (exit
+    2, nothing run) unless ``--unsandboxed``; where Landlock exists, that flag would change
+    nothing and is refused."""
+    from bench.runner import sandbox
+
+    root = make_root(tmp_path, tiny_task([ANALYTIC]))
+    argv = ["evaluate", "--root", str(root), "--out", str(tmp_path / "out"), "--no-progress"]
+    assert main([*argv, "--unsandboxed"]) == 2
+    assert "this kernel has Landlock" in capsys.readouterr().err
+    monkeypatch.setattr(sandbox, "landlock_abi", lambda: 0)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "offers no Landlock" in err and "--unsandboxed" in err
+    assert not (tmp_path / "out" / "results.sqlite").exists()

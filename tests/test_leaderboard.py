@@ -174,3 +174,34 @@ def test_the_same_entry_in_two_files_is_refused(tmp_path: Path) -> None:
     message = info.value.message
     assert "the entry 'none' of suite 'quick' is also in" in message
     assert "is also in" in message.split("none.json: job ", 1)[1]  # and each of its jobs
+
+
+def test_export_refuses_results_whose_defense_code_ran_unsandboxed(tmp_path, monkeypatch, capsys):
+    """Issue 39, item 1: a result computed with ``evaluate --unsandboxed`` (a kernel without
+    Landlock) says ``sandbox: none``; nothing kept its defense from rewriting the store, so
+    ``export`` refuses it (exit 2, naming the job) — with or without ``--allow-uncommitted``."""
+    from bench import cli
+    from bench.results import provenance
+
+    store_url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    with ResultStore(store_url) as store:
+        for r in sample_results():
+            r.provenance = {**r.provenance, "sandbox": "landlock"}
+            store.add(r)
+        loose = sample_results()[0]
+        loose.provenance = {**loose.provenance, "sandbox": "none"}
+        loose.key = "ran-unsandboxed"
+        store.add(loose)
+    tasks = [arg for t in sorted({r.task for r in sample_results()}) for arg in ("--task", t)]
+    argv = ["leaderboard", "export", "--store", store_url, "--entries", str(tmp_path / "e"), *tasks]
+    monkeypatch.setattr(
+        provenance, "git_state", lambda root=None, ignore=None: {"commit": "c0ffee", "dirty": False}
+    )
+    declared = {"source": "original", "summary": "A sample defense. It is made up."}
+    names = {r.defense_name for r in sample_results()}
+    monkeypatch.setattr(files, "declared_isolated", lambda root: dict.fromkeys(names, declared))
+    for extra in ([], ["--allow-uncommitted"]):
+        assert cli.main([*argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "without the sandbox" in err and f"{loose.task}/{loose.defense} seed {loose.seed}" in err
+        assert not (tmp_path / "e").exists()

@@ -39,6 +39,28 @@ def _no_ray_options(args: argparse.Namespace) -> None:
             )
 
 
+def _check_sandbox(unsandboxed: bool) -> None:
+    """Defense code runs in the OS sandbox (:mod:`bench.runner.sandbox`): on a kernel without
+    Landlock, ``evaluate`` refuses to run unless told ``--unsandboxed`` (a local look; the
+    results' provenance says ``sandbox: none`` and ``leaderboard export`` refuses them); where
+    the kernel has Landlock the flag would change nothing, and is refused."""
+    from bench.runner.sandbox import landlock_abi
+
+    if landlock_abi() >= 1:
+        if unsandboxed:
+            why = "this kernel has Landlock: defense code always runs sandboxed here"
+            raise BenchInputError("--unsandboxed", True, reason=why)
+        return
+    if not unsandboxed:
+        raise BenchInputError(
+            "sandbox",
+            "none",
+            reason="this kernel offers no Landlock (Linux 5.13 or later, with landlock among its "
+            "security modules), so defense code cannot be sandboxed; --unsandboxed runs it anyway "
+            "for a local look (its results never become leaderboard entries)",
+        )
+
+
 def _check_cluster(options: Any) -> None:
     """Join (or start) the Ray cluster and refuse what one job asks that the whole cluster does
     not have — Ray would keep such a task pending forever: CPUs, GPUs, memory."""
@@ -179,6 +201,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     found.check(lambda: writable_folder(out, "--out"))
     found.check(lambda: writable_folder(site_dir, "--site"))
     found.check(lambda: refuse_in_memory(args.store))
+    found.check(lambda: _check_sandbox(bool(args.unsandboxed)))
     store_url = args.store or str(out / "results.sqlite")
     specs = expand_grid(catalog, tasks, defenses, seeds)
     valid = validate_tasks({s.task.name: s.task for s in specs}.values(), found)
@@ -319,6 +342,12 @@ def add_parser(sub: Any) -> None:
         "--retry-failed",
         action="store_true",
         help="run the failed jobs of the selected tasks and defenses again",
+    )
+    p_eval.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="on a kernel without Landlock only: run defense code without the OS sandbox "
+        "(the results say so and never become leaderboard entries)",
     )
     p_eval.add_argument(
         "--no-progress", action="store_true", help="no progress output (default: a bar, or a line per job)"

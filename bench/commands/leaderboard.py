@@ -37,6 +37,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         with ResultStore(store_url) as store:
             results = store.results()
         tasks = list(args.task or suite.tasks)
+        _refuse_unsandboxed([r for r in results if r.task in set(tasks)])
         if not args.allow_uncommitted:
             _require_clean(root, entries, [r for r in results if r.task in set(tasks)], store_url)
         out = Path(args.out) if args.out else _runs_folder(store_url, root)
@@ -232,3 +233,22 @@ def add_parser(sub: Any) -> None:
         "default: leaderboard/claims/quick.json when present)",
     )
     p.add_argument("--root", help="benchmark root with tasks/ and defenses/ (default: BENCH_ROOT or repo)")
+
+
+#: what a job's provenance says of a simulation whose defense code ran without the OS sandbox
+#: (``evaluate --unsandboxed`` on a kernel without Landlock; the in-process test harness)
+UNSANDBOXED = ("none", "in-process")
+
+
+def _refuse_unsandboxed(results: list[Any]) -> None:
+    """A result whose defense code ran outside the sandbox (:data:`UNSANDBOXED`) never becomes
+    an entry: nothing kept that code from rewriting the store or reading the parent's files."""
+    bad = [r for r in results if (r.provenance or {}).get("sandbox") in UNSANDBOXED]
+    if bad:
+        first = bad[0]
+        raise BenchInputError(
+            "leaderboard export",
+            f"{first.task}/{first.defense} seed {first.seed}",
+            reason=f"{len(bad)} result(s) ran the defense's code without the sandbox "
+            "(evaluate --unsandboxed, or a kernel without Landlock); they cannot become entries",
+        )
