@@ -171,12 +171,40 @@ def budget(jobs: list[job.Job], root: Any) -> None:
     print(f"\n{'task (job time)':32s} {'checked s':>10s} {'unchecked s':>12s} {'overhead':>9s}")
     for task, (t_a, t_b) in per_task.items():
         print(f"{task:32s} {t_a:10.1f} {t_b:12.1f} {t_a / t_b - 1:+9.1%}")
+    print_split(pairs)
     t_on, t_off = walls[True], walls[False]
     print(f"\nwall time with the checks {t_on:.1f} s, without {t_off:.1f} s")
     print(f"overhead of audit + oracle: {t_on / t_off - 1:+.1%} (budget: +25.0 %)")
     same = sum(same_numbers(a, b) for a, b in pairs)
     generic = sum(1 for r in on if r is not None for a in r.attacks if a.attack.endswith("+oracle"))
     print(f"same utility and leakages both ways: {same}/{len(pairs)} jobs; generic variants run: {generic}")
+
+
+def job_time_split(result: Any) -> dict[str, float]:
+    """Where one job's time went: the simulation (with the checks: the aggregation log and the
+    row-locality check; the channel audit follows it before the utility is measured), and the
+    generic defense-aware variants' attack time by family (gradient inversion against membership
+    inference: reference worlds trained under the defense)."""
+    m = result.metrics or {}
+    out = {"simulation + audit": float(m.get("simulation_s", 0.0))}
+    for a in result.attacks:
+        if a.attack.endswith("+oracle"):
+            family = "membership +oracle" if a.attack.startswith("membership") else "inversion +oracle"
+            out[family] = out.get(family, 0.0) + float(a.runtime_s)
+    return out
+
+
+def print_split(pairs: list[tuple[Any, Any]]) -> None:
+    """The checks' job-time cost by component, summed over the jobs both ways ran (job time: with
+    ``--jobs 2`` the wall time is about half of it)."""
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for a, b in pairs:
+        for i, r in enumerate((a, b)):
+            for part, t in job_time_split(r).items():
+                totals[part][i] += t
+    print(f"\n{'component (job time)':32s} {'checked s':>10s} {'unchecked s':>12s} {'added s':>8s}")
+    for part, (t_a, t_b) in totals.items():
+        print(f"{part:32s} {t_a:10.1f} {t_b:12.1f} {t_a - t_b:+8.1f}")
 
 
 def same_numbers(a: Any, b: Any) -> bool:

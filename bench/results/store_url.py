@@ -224,9 +224,16 @@ def sqlite_file(url: URL) -> Path | None:
     if url.get_backend_name() != "sqlite":
         return None
     database = url.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
+    if in_memory(url) or database.startswith("file:"):
         return None
     return Path(database).expanduser().absolute()
+
+
+def in_memory(url: URL) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (``sqlite://``, ``sqlite:///:memory:``,
+    a ``mode=memory`` URI)."""
+    database = url.database or ""
+    return url.get_backend_name() == "sqlite" and (database in ("", ":memory:") or "mode=memory" in database)
 
 
 def normalize_url(url: str) -> URL:
@@ -287,8 +294,7 @@ def refuse_in_memory(value: str | None) -> None:
         url = normalize_url(value)
     except Exception:  # a malformed URL: the store's own check names the problem
         return
-    database = url.database or ""
-    if url.get_backend_name() == "sqlite" and (database in ("", ":memory:") or "mode=memory" in database):
+    if in_memory(url):
         raise store_error(
             value,
             "an in-memory SQLite database keeps nothing once the command ends: name a file "
