@@ -167,6 +167,50 @@ def test_a_nodes_several_problems_share_one_call_as_if_each_were_alone():
     assert oracle.round_groups(torch.zeros(4, dtype=torch.long)) == [slice(None)]
 
 
+@pytest.mark.parametrize(
+    ("defense", "params"),
+    [
+        ("gradient_clipping", {"max_norm": 0.5}),  # D reads the batch's mean gradient
+        ("gradient_clipping", {"max_norm": 0.5, "per_sample": True}),  # D reads per-sample gradients
+        ("quantization", {"delta": 0.05}),  # D has no useful derivative: BPDA
+    ],
+)
+def test_an_input_query_answers_what_the_gradient_query_does(defense, params):
+    """An input query (``x̂`` and labels; the oracle forms ``G``) gives the objective and
+    ``∂F/∂x̂`` of the gradient query whose ``G`` the attack side formed, to 1e-10 in float64;
+    and the attack sends ``x̂`` only when the task's loss has a name."""
+    from bench.attacks.inversion.autograd_matching import AutogradMatching
+    from bench.attacks.oracle import OracleClient
+    from bench.simulation.objective import LOSSES
+
+    o = _task(defense, params, (REPO / "defenses" / f"{defense}.py").read_bytes())
+    ops: list[str] = []
+
+    def ask(q: dict) -> dict:
+        ops.append(q["op"])
+        return o.handle(q)
+
+    client = OracleClient(ask, receiver=-1)
+    gen = torch.Generator().manual_seed(3)
+    k, b, p = 5, 3, o._info.n_params
+    x = torch.randn(k, b, p - 1, generator=gen, dtype=torch.float64)  # logreg: d inputs, 1 bias
+    y = torch.randint(0, 2, (k, b), generator=gen).to(torch.float64)
+    theta = 0.5 * torch.randn(k, p, generator=gen, dtype=torch.float64)
+    target = torch.randn(k, p, generator=gen, dtype=torch.float64)
+    nodes, rounds = torch.arange(k) % 4, torch.zeros(k, dtype=torch.long)
+    answers = {}
+    for loss in (o.sim.loss_name, ""):
+        transform = client.transform(nodes, rounds, "cosine", loss)
+        loss_fn = LOSSES.get(o.sim.loss_name, field="loss")
+        fn = AutogradMatching(o.sim.flat, loss_fn, y, theta, target, "cosine", 1e-3, transform=transform)
+        answers[loss] = fn(x)
+    assert ops.count("evaluate_inputs") == 1 and ops.count("evaluate") == 1
+    (v_in, g_in), (v_g, g_g) = answers[o.sim.loss_name], answers[""]
+    torch.testing.assert_close(v_in, v_g, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(g_in, g_g, rtol=1e-10, atol=1e-12)
+    assert g_in.abs().sum() > 0
+
+
 def test_a_problem_set_is_sent_once_and_named_after():
     """``θ`` and ``g`` travel with the first query of a problem set only; later queries name its
     token, and a token the oracle does not keep is refused with the reason the client resends on."""

@@ -64,12 +64,15 @@ class OracleClient:
         except Exception as exc:
             raise OracleUnavailable(f"the defense oracle cannot answer: {exc}") from None
 
-    def transform(self, nodes: torch.Tensor, rounds: torch.Tensor, objective: str = "l2") -> DefenseTransform:
+    def transform(
+        self, nodes: torch.Tensor, rounds: torch.Tensor, objective: str = "l2", loss: str = ""
+    ) -> DefenseTransform:
         """``dist(D(·), g)`` for problems of victims ``nodes [K]`` in rounds ``rounds [K]``
-        (:mod:`bench.attacks.inversion.oracle_transform`)."""
+        (:mod:`bench.attacks.inversion.oracle_transform`); ``loss``: the task's loss by its
+        registered name, for input queries (``""``: gradient queries only)."""
         from bench.attacks.inversion.oracle_transform import DefenseTransform
 
-        return DefenseTransform(self, nodes.long().cpu(), rounds.long().cpu(), objective)
+        return DefenseTransform(self, nodes.long().cpu(), rounds.long().cpu(), objective, loss)
 
     def reference_worlds(self, **args: Any) -> dict[int, ReferenceModels]:
         """Reference worlds trained *under the defense*, in the oracle process: the arguments of

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.func import grad, vmap
 
 from bench.attacks.inversion.matching import gradient_distance
 from bench.attacks.oracle import UNKNOWN_PROBLEMS
@@ -63,6 +64,7 @@ from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import Simulation
 from bench.simulation.hooks import DefenseHooks, RoundContext
 from bench.simulation.lightning import quiet_lightning
+from bench.simulation.objective import LOSSES
 from bench.specs import TaskSpec
 from bench.wire import unblob
 
@@ -181,6 +183,13 @@ class DefenseOracle:
             where = q["nodes"], q["rounds"], int(q["receiver"])
             theta, target = self.problem_set(q)
             values, grads = self.evaluate(q["grads"], theta, target, str(q["objective"]), *where)
+            return {"values": values, "grads": grads}
+        if op == "evaluate_inputs":
+            where = q["nodes"], q["rounds"], int(q["receiver"])
+            theta, target = self.problem_set(q)
+            values, grads = self.evaluate_inputs(
+                q["x"], q["y"], str(q["loss"]), theta, target, str(q["objective"]), *where
+            )
             return {"values": values, "grads": grads}
         if op == "reference_worlds":
             return {"worlds": self.reference_worlds(q)}
@@ -310,6 +319,58 @@ class DefenseOracle:
             values[idx] = dist.detach()
             out[idx] = sum(_pullback(gs, ys, u / len(ys)))
         return values, out
+
+    def evaluate_inputs(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss: str,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        objective: str,
+        nodes: torch.Tensor,
+        rounds: torch.Tensor,
+        receiver: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """An input query: ``F_k = dist(D(G_k), g_k)`` ``[K]`` and ``∂F_k/∂x̂_k`` for dummy data
+        ``x [K, B, …]`` with labels ``y [K, B, …]``, where ``G_k`` is formed here with the task's
+        model and the loss ``loss`` (a registered name): the per-sample gradients
+        ``(∇_θ ℓ(θ_k; x̂_kb, y_kb))_b`` ``[K, B, P]`` where ``D`` reads them (and ``B > 1``),
+        else the gradient of the batch's mean loss ``[K, 1, P]`` — what the attack side forms
+        for a gradient query (:class:`~bench.attacks.inversion.autograd_matching.AutogradMatching`).
+        ``∂F/∂G`` is :meth:`evaluate`'s (BPDA where ``D`` has no useful derivative), pulled back
+        to ``x̂`` through ``G`` by autograd."""
+        run = self._info
+        dtype = run.dtype
+        y = y.to(dtype) if y.is_floating_point() else y.long()
+        loss_fn = LOSSES.get(loss, field="loss")
+        per_sample = bool(self.sim.hooks.per_sample) and x.shape[1] > 1
+        with torch.enable_grad():
+            xl = x.to(dtype).detach().requires_grad_(True)
+            g = input_gradients(self.sim.flat, loss_fn, xl, y, theta.to(dtype), per_sample)
+        values, dg = self.evaluate(g.detach(), theta, target, objective, nodes, rounds, receiver)
+        (dx,) = torch.autograd.grad(g, xl, dg.to(g))
+        return values, dx
+
+
+def input_gradients(
+    model: Any, loss_fn: Any, x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, per_sample: bool
+) -> torch.Tensor:
+    """``G`` of an input query, differentiable wrt ``x``: per-sample gradients ``[K, B, P]``
+    (``torch.func.grad`` vmapped over problems and samples) or, without ``per_sample``, the
+    gradient of each problem's mean loss ``[K, 1, P]`` (the forward vmapped over problems, one
+    ``autograd.grad`` with ``create_graph``; row ``k`` depends on ``θ_k`` alone)."""
+    if per_sample:
+
+        def sample_loss(th: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            return loss_fn(model.forward(th, xb.unsqueeze(0)), yb.unsqueeze(0)).sum()
+
+        return vmap(vmap(grad(sample_loss), in_dims=(None, 0, 0)))(theta.detach(), x, y)
+    th = theta.detach().clone().requires_grad_(True)
+    out = vmap(model.forward)(th, x)
+    losses = loss_fn(out.flatten(0, 1), y.flatten(0, 1)).reshape(x.shape[0], -1)
+    (g,) = torch.autograd.grad(losses.mean(1).sum(), th, create_graph=True)
+    return g.unsqueeze(1)
 
 
 def _as_bound(instance: DefenseHooks) -> DefenseHooks:

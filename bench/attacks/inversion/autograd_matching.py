@@ -90,7 +90,9 @@ class AutogradMatching:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.enable_grad():
             xl = x.detach().requires_grad_(True)
-            if self.transform is not None and self.transform.per_sample and x.shape[1] > 1:
+            if self.transform is not None and self.transform.reads_inputs:
+                values = self.transform.of_inputs(xl, y, theta, target, rows)  # G formed by the oracle
+            elif self.transform is not None and self.transform.per_sample and x.shape[1] > 1:
                 values = self.transform(self._per_sample(xl, y, theta), theta, target, rows)
             else:
                 th = theta.detach().clone().requires_grad_(True)  # a leaf of its own, [K, P]

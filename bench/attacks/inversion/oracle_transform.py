@@ -12,12 +12,23 @@ mean, ``local_gradients``, the protocol's step, ``local_update``, ``outgoing``:
 :meth:`bench.protocols.Protocol.observed_gradient`). ``D`` runs in the sandboxed oracle process
 (:mod:`bench.runner.oracle`), never here: :class:`~bench.attacks.oracle.OracleClient` sends
 plain-data queries through ``ask`` (the harness's relay, :func:`bench.runner.queries.query`),
-and :class:`ThroughOracle`
-is the ``torch.autograd.Function`` whose forward is the oracle's ``dist(D(G), g)`` (``D`` an
-average over draws where it is random: EOT) and whose backward is the gradient wrt ``G`` the
-oracle sent with it (a vector–Jacobian product through ``D``; BPDA with the identity where
-``D`` has no useful derivative; Athalye, Carlini & Wagner 2018) — one query per evaluation of
-the objective. The chain rule from ``G`` to ``x̂`` runs here, by autograd.
+and one query answers one evaluation of the objective, in one of two forms:
+
+* **input queries** (:class:`InputsThroughOracle`; the gradient-matching attacks whose loss is
+  a registered name and whose labels are fixed per problem): the query carries the dummy data
+  ``x̂ [K, B, …]`` and its labels; the oracle forms ``G`` itself with the task's model and loss
+  (the architecture is public), and answers ``F_k`` and ``∂F_k/∂x̂_k``. A query is a few
+  kilobytes instead of the ``[K, B, P]`` per-sample gradients both ways (on the 64-100-10 MLP,
+  20 problems: 0.6 MB each way, about half of a query's time spent copying it across the two
+  pipes of the relay);
+* **gradient queries** (:class:`ThroughOracle`; soft labels optimized with ``x̂``, FedAvg's
+  unrolled local updates, a loss given as a function): the query carries ``G`` and the answer
+  ``∂F/∂G``; the chain rule from ``G`` to ``x̂`` runs here, by autograd.
+
+Either way the forward is the oracle's ``dist(D(G), g)`` (``D`` an average over draws where it
+is random: EOT) and the backward the gradient the oracle sent with it (a vector–Jacobian product
+through ``D``; BPDA with the identity where ``D`` has no useful derivative; Athalye, Carlini &
+Wagner 2018).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bench.attacks.base import AttackError, OracleUnavailable
+from bench.attacks.gradients import loss_name
 from bench.attacks.oracle import UNKNOWN_PROBLEMS, OracleClient
 from bench.simulation.hooks import GRADIENT_HOOKS
 from bench.threats import View
@@ -58,10 +70,42 @@ class DefenseTransform:
     ``objective``, differentiable wrt ``G`` through :class:`ThroughOracle`."""
 
     def __init__(
-        self, client: OracleClient, nodes: torch.Tensor, rounds: torch.Tensor, objective: str
+        self, client: OracleClient, nodes: torch.Tensor, rounds: torch.Tensor, objective: str, loss: str = ""
     ) -> None:
         self.client, self.nodes, self.rounds, self.objective = client, nodes, rounds, objective
+        #: the registered name of the task's loss (``""``: unnamed, gradient queries only)
+        self.loss = loss
         self._sets: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def reads_inputs(self) -> bool:
+        """Whether the oracle can form ``G`` from ``x̂`` itself (input queries, module docstring)."""
+        return bool(self.loss)
+
+    def ask(self, q: dict[str, Any], theta: torch.Tensor, target: torch.Tensor) -> dict[str, Any]:
+        """Send query ``q`` with the problem set ``(θ, g)`` (its token, or the tensors again when
+        the oracle lost them)."""
+        theta, target = theta.detach().cpu(), target.detach().cpu()
+        q = {**q, "objective": self.objective, "receiver": self.client.receiver}
+        try:
+            return self.client.query({**q, **self.problem_fields(theta, target)})
+        except AttackError as exc:
+            if UNKNOWN_PROBLEMS not in str(exc):
+                raise
+            return self.client.query({**q, **self.problem_fields(theta, target, resend=True)})
+
+    def of_inputs(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        idx: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """``F_k = dist(D(G_k(x̂_k)), g_k)`` ``[K']`` for the problems ``idx``, differentiable wrt
+        ``x`` through :class:`InputsThroughOracle` (``y``: the problems' fixed labels)."""
+        sel = slice(None) if idx is None else idx.cpu()
+        return InputsThroughOracle.apply(x, y, theta, target, self.nodes[sel], self.rounds[sel], self)
 
     def problem_fields(
         self, theta: torch.Tensor, target: torch.Tensor, resend: bool = False
@@ -104,35 +148,59 @@ class ThroughOracle(torch.autograd.Function):
         rounds: torch.Tensor,
         transform: DefenseTransform,
     ) -> torch.Tensor:
-        client = transform.client
-        theta, target = theta.detach().cpu(), target.detach().cpu()
-        q = {
-            "op": "evaluate",
-            "grads": per_sample.detach().cpu(),
-            "objective": transform.objective,
-            "nodes": nodes,
-            "rounds": rounds,
-            "receiver": client.receiver,
-        }
-        try:
-            answer = client.query({**q, **transform.problem_fields(theta, target)})
-        except AttackError as exc:
-            if UNKNOWN_PROBLEMS not in str(exc):
-                raise
-            answer = client.query({**q, **transform.problem_fields(theta, target, resend=True)})
-        values, grads = answer.get("values"), answer.get("grads")
-        k = per_sample.shape[0]
-        if not isinstance(values, torch.Tensor) or values.shape != (k,):
-            raise OracleUnavailable("the defense oracle answered with malformed values")
-        if not isinstance(grads, torch.Tensor) or grads.shape != per_sample.shape:
-            raise OracleUnavailable("the defense oracle answered with a malformed gradient")
-        ctx.save_for_backward(grads.to(per_sample))
-        return values.to(per_sample)
+        q = {"op": "evaluate", "grads": per_sample.detach().cpu(), "nodes": nodes, "rounds": rounds}
+        values, grads = _checked(transform.ask(q, theta, target), per_sample)
+        ctx.save_for_backward(grads)
+        return values
 
     @staticmethod
     def backward(ctx: Any, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
         (grads,) = ctx.saved_tensors
         return dv.view(-1, *([1] * (grads.dim() - 1))) * grads, None, None, None, None, None
+
+
+class InputsThroughOracle(torch.autograd.Function):
+    """Forward: the oracle's ``F_k = dist(D(G_k(x̂_k)), g_k)``, ``G_k`` formed in the oracle from
+    ``x̂_k`` and its labels; backward: ``∂F_k/∂x̂_k`` from the same answer (module docstring)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        nodes: torch.Tensor,
+        rounds: torch.Tensor,
+        transform: DefenseTransform,
+    ) -> torch.Tensor:
+        q = {
+            "op": "evaluate_inputs",
+            "x": x.detach().cpu(),
+            "y": y.detach().cpu(),
+            "loss": transform.loss,
+            "nodes": nodes,
+            "rounds": rounds,
+        }
+        values, grads = _checked(transform.ask(q, theta, target), x)
+        ctx.save_for_backward(grads)
+        return values
+
+    @staticmethod
+    def backward(ctx: Any, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        (grads,) = ctx.saved_tensors
+        return dv.view(-1, *([1] * (grads.dim() - 1))) * grads, None, None, None, None, None, None
+
+
+def _checked(answer: dict[str, Any], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The oracle's ``values [K]`` and gradient (of ``like``'s shape), on ``like``'s dtype and
+    device; :class:`OracleUnavailable` when malformed."""
+    values, grads = answer.get("values"), answer.get("grads")
+    if not isinstance(values, torch.Tensor) or values.shape != (like.shape[0],):
+        raise OracleUnavailable("the defense oracle answered with malformed values")
+    if not isinstance(grads, torch.Tensor) or grads.shape != like.shape:
+        raise OracleUnavailable("the defense oracle answered with a malformed gradient")
+    return values.to(like), grads.to(like)
 
 
 def problems_transform(
@@ -144,7 +212,7 @@ def problems_transform(
         return None
     nodes = torch.tensor([int(targets[int(v)].node) for v in victim.tolist()], dtype=torch.long)
     rounds = torch.tensor([int(targets[int(v)].round) for v in victim.tolist()], dtype=torch.long)
-    return oracle.for_view(view).transform(nodes, rounds, objective)
+    return oracle.for_view(view).transform(nodes, rounds, objective, loss_name(view))
 
 
 def variant_labels(labels: str, oracle: OracleClient | None) -> str:
