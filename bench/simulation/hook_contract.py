@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from bench.simulation.hooks import DefenseHooks, overridden_hooks
+from bench.simulation.hooks import DefenseHooks, overridden_callables
 from bench.simulation.messages import MessageBatch
 
 #: tensor hooks and the position of the argument whose shape their output keeps (``None``:
@@ -59,9 +59,7 @@ def install(hooks: DefenseHooks) -> list[str]:
     their names."""
     if hooks.__dict__.get("_hook_contract"):
         return []
-    names = set(overridden_hooks(hooks)) | {
-        n for n in ("sample_weights", "sample_sum") if getattr(type(hooks), n) is not getattr(DefenseHooks, n)
-    }
+    names = overridden_callables(hooks)
     wrapped = [n for n in (*SHAPED_LIKE, "outgoing", "wrap_aggregation") if n in names]
     for name in wrapped:
         setattr(hooks, name, Checked(hooks, name))

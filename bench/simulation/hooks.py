@@ -205,6 +205,16 @@ def overridden_hooks(hooks: DefenseHooks) -> frozenset[str]:
     return frozenset(out)
 
 
+def overridden_callables(hooks: DefenseHooks) -> frozenset[str]:
+    """:func:`overridden_hooks` and the two parts of a weighted per-sample rule
+    (``sample_weights``, ``sample_sum``) the defense overrides: every method of ``hooks`` whose
+    code is the defense's own (what the hook contract and the row-locality check wrap)."""
+    parts = {
+        n for n in ("sample_weights", "sample_sum") if getattr(type(hooks), n) is not getattr(DefenseHooks, n)
+    }
+    return overridden_hooks(hooks) | parts
+
+
 class AdversaryPolicy:
     """An active adversary controlling ``nodes``; substitutes what they send.
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from bench.simulation.hooks import DefenseHooks, RoundContext, overridden_hooks
+from bench.simulation.hooks import DefenseHooks, RoundContext, overridden_callables
 from bench.simulation.messages import MessageBatch
 
 #: send-side hooks whose leading tensor arguments are ``[n, ...]`` rows of nodes
@@ -55,11 +55,7 @@ class RowLocality:
         self.checked = 0
         self._draw = random.SystemRandom()
         self._wrapped: list[str] = []
-        names = set(overridden_hooks(hooks)) | {
-            n
-            for n in ("sample_weights", "sample_sum")
-            if getattr(type(hooks), n) is not getattr(DefenseHooks, n)
-        }
+        names = overridden_callables(hooks)
         for name in (*TENSOR_HOOKS, "outgoing"):
             if name in names:
                 setattr(hooks, name, self._wrap(name))
