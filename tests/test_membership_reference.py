@@ -298,3 +298,46 @@ def test_a_threshold_calibrated_on_the_attackers_own_data_is_reported_below_the_
     (m,) = _scores(protocol, 0, [("membership_threshold", {"source": source, "calibrate": True})])
     oracle, calibrated = m["membership_auc.advantage"], m["membership_auc.calibrated_advantage"]
     assert 0.0 < calibrated <= oracle
+
+
+def test_a_threats_reference_attacks_train_one_set_of_worlds_and_rmia_keeps_its_comparison_set_out(
+    monkeypatch,
+):
+    """With the harness' shared population (one worlds seed, RMIA's comparison set held out of
+    every world), offline LiRA and RMIA ask for the same worlds: they are trained once, and no
+    world trains on a sample of RMIA's comparison set. Without those fields each attack draws
+    its own worlds (two trainings)."""
+    from types import SimpleNamespace
+
+    import bench.membership.reference as reference
+    from bench.runner.adaptive import shared_population
+
+    attacks = [build_attack(n, rounds="last", worlds=4) for n in ("membership_lira", "membership_rmia")]
+    kinds = sorted({k for a in attacks for k in a.requirements().totals})
+    threat = build_threat("fl_user", user=0)
+    sim = Simulation({**_config("fedsgd", 0), "rounds": 5}, threats={"a": threat}, record_totals=kinds)
+    sim.run(5)
+    scorer = Scorer(sim.config, sim.data)
+    pool = scorer.candidates()
+    calls: list[dict] = []
+    real = reference.reference_worlds_at
+
+    def counted(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append({"x": args[1], "trained_on": next(iter(out.values())).trained_on})
+        return out
+
+    monkeypatch.setattr(reference, "reference_worlds_at", counted)
+    rmia = attacks[1]
+    for shared in (True, False):
+        reference._KEPT.clear()
+        calls.clear()
+        popu = scorer.population()
+        if shared:
+            popu = shared_population(popu, [SimpleNamespace(attack=a) for a in attacks], 0, "a")
+            assert popu["held_out"] == rmia.reserve
+        for a in attacks:
+            a.run(sim.view("a"), pool["x"], pool["y"], population=popu)
+        assert len(calls) == (1 if shared else 2)
+        if shared:  # the worlds drew from the population after RMIA's comparison set only
+            assert torch.equal(calls[0]["x"], popu["x"][rmia.reserve :].to(calls[0]["x"].dtype))

@@ -32,6 +32,8 @@ defense code runs only in the simulation process, never on the attacker's side.
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -346,4 +348,55 @@ def reference_worlds_at(
             )
         theta = torch.stack([sent[v] for v in range(n * worlds)])
         out[t] = ReferenceModels(theta.cpu(), world_of_node, trained_on)
+    return out
+
+
+#: trainings of reference worlds a process keeps (:func:`kept_worlds`): one threat's offline
+#: and online sets
+WORLDS_KEPT = 2
+_KEPT: OrderedDict[str, dict[int, ReferenceModels]] = OrderedDict()
+
+
+def worlds_key(*args: Any, **kwargs: Any) -> str:
+    """A digest of the arguments of :func:`reference_worlds_at` (tensors and arrays by their
+    bytes): two calls with the same key train the same worlds."""
+    h = hashlib.sha256()
+
+    def feed(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            v = v.detach().cpu().contiguous().numpy()
+        if isinstance(v, np.ndarray):
+            h.update(f"{v.dtype}{v.shape}".encode())
+            h.update(np.ascontiguousarray(v).tobytes())
+        elif isinstance(v, SimulationConfig):
+            h.update(v.model_dump_json().encode())
+        else:
+            h.update(repr(v).encode())
+        h.update(b"|")
+
+    for v in args:
+        feed(v)
+    for k in sorted(kwargs):
+        h.update(k.encode())
+        feed(kwargs[k])
+    return h.hexdigest()
+
+
+def kept_worlds(*args: Any, owner: str = "", **kwargs: Any) -> dict[int, ReferenceModels]:
+    """:func:`reference_worlds_at` trained once per distinct arguments in this process (the last
+    :data:`WORLDS_KEPT` kept): the reference attacks of a threat ask for the same worlds
+    (:mod:`bench.attacks.membership.reference_base`). Training is deterministic in its
+    arguments, so a kept answer is the one a new training would give. A defense (``hooks``)
+    is not hashable: its caller names it by ``owner``, a token of its own
+    (:meth:`bench.runner.oracle.DefenseOracle.reference_worlds`)."""
+    if kwargs.get("hooks") is not None and not owner:
+        raise ValueError("kept_worlds under a defense needs the owner's token")
+    key = worlds_key(owner, *args, **{k: v for k, v in kwargs.items() if k != "hooks"})
+    if key in _KEPT:
+        _KEPT.move_to_end(key)
+        return _KEPT[key]
+    out = reference_worlds_at(*args, **kwargs)
+    _KEPT[key] = out
+    while len(_KEPT) > WORLDS_KEPT:
+        _KEPT.popitem(last=False)
     return out

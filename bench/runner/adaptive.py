@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.attacks import Attack, build_attack
+from bench.data.stacked import derive_seed
 from bench.protocols import Protocol
 
 #: the suffix of an adaptive variant's label in attack outcomes and table columns
@@ -142,3 +143,15 @@ def attack_indices(planned: list[PlannedAttack]) -> dict[str, int]:
         i += not p.label.endswith(VARIANT_SUFFIXES)
         out[p.label] = i
     return out
+
+
+def shared_population(
+    population: dict[str, Any], attacks: list[PlannedAttack], seed: int, threat: str
+) -> dict[str, Any]:
+    """The population as every reference-model attack of a threat gets it, with what makes their
+    reference worlds one set (:class:`~bench.attacks.membership.reference_base.ReferenceAttack`):
+    ``held_out``, the population samples no world of the threat trains on (the most any of its
+    attacks holds out: RMIA's comparison set), and ``worlds_seed``, the attacker's seed for the
+    worlds' draws and initializations (its own stream of the job's seed)."""
+    held = max((int(getattr(p.attack, "reserve", 0)) for p in attacks), default=0)
+    return {**population, "held_out": held, "worlds_seed": derive_seed(seed, f"reference_worlds:{threat}")}

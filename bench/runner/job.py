@@ -37,7 +37,7 @@ from bench.results.provenance import provenance, spec_hash
 from bench.results.record import AttackOutcome, JobResult
 from bench.results.reference import BASELINE_DEFENSE
 from bench.runner import isolation
-from bench.runner.adaptive import PlannedAttack, attack_indices, with_adaptive
+from bench.runner.adaptive import PlannedAttack, attack_indices, shared_population, with_adaptive
 from bench.runner.attack_worker import attack as attack_entry
 from bench.runner.audit import audit
 from bench.runner.oracle import OracleRelay, oracle_seed
@@ -370,7 +370,7 @@ def _attack_batch(
                 if any(getattr(p.attack, "needs_candidates", False) for p in batch)
                 else None,
                 # reference-model attacks: the attacker's population data and the public recipe
-                "population": scorer.population()
+                "population": shared_population(scorer.population(), attacks, seed, threat)
                 if any(getattr(p.attack, "needs_population", False) for p in batch)
                 else None,
             },

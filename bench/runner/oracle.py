@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import uuid
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -57,7 +58,7 @@ from bench.attacks.inversion.matching import gradient_distance
 from bench.attacks.oracle import UNKNOWN_PROBLEMS
 from bench.data.stacked import derive_seed
 from bench.defenses_api import build_defense
-from bench.membership.reference import ReferenceWorldError, reference_worlds_at
+from bench.membership.reference import ReferenceWorldError, kept_worlds
 from bench.protocols import Protocol
 from bench.runner import isolation, sandbox
 from bench.simulation.config import SimulationConfig
@@ -167,6 +168,8 @@ class DefenseOracle:
         self.instances: list[DefenseHooks] = [first]
         self.random: bool | None = None
         self.problem_sets: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        #: names this oracle's defended worlds among those its process keeps (:meth:`reference_worlds`)
+        self.token = uuid.uuid4().hex
 
     def _instance(self, m: int) -> DefenseHooks:
         while len(self.instances) <= m:
@@ -214,15 +217,18 @@ class DefenseOracle:
     def reference_worlds(self, q: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
         """Reference worlds trained under a fresh instance of the defense (bound inside by the
         worlds' own run, whose seed is the attack's): :func:`reference_worlds_at` with the
-        query's arguments, as ``str(round) -> {"theta", "world", "trained_on"}``."""
+        query's arguments, as ``str(round) -> {"theta", "world", "trained_on"}``. The same
+        arguments are trained once (:func:`~bench.membership.reference.kept_worlds`; an oracle
+        process serves one job, so its one defense needs no key): the threat's reference attacks
+        ask for one set of worlds."""
         cfg = SimulationConfig.model_validate_json(q["cfg"])
         mixing = q.get("mixing")
         try:
-            refs = reference_worlds_at(
+            refs = kept_worlds(
                 cfg, q["x"], q["y"], int(q["n_classes"]), [int(c) for c in q["counts"]], int(q["worlds"]),
                 [int(t) for t in q["rounds"]], str(q["source"]), int(q["seed"]),
                 mixing=None if mixing is None else mixing.double().numpy(),
-                online_candidates=int(q.get("online_candidates", 0)), hooks=self._make(),
+                online_candidates=int(q.get("online_candidates", 0)), hooks=self._make(), owner=self.token,
             )  # fmt: skip
         except ReferenceWorldError as exc:
             raise OracleError(str(exc)) from None

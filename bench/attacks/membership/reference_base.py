@@ -7,6 +7,12 @@ owns them), its population data — the training split's samples that no node ho
 (:func:`bench.membership.pool.population`) — and the task's public training recipe (its
 simulation config **without the seed**, which would reveal the partition) with the nodes'
 local-set sizes. It never sees membership labels.
+
+The reference attacks of one threat share their worlds: the harness gives them one seed for the
+worlds and the number of population samples none of them trains on (RMIA's comparison set), so
+LiRA's and RMIA's offline worlds are one set, trained once
+(:func:`~bench.membership.reference.kept_worlds`; the defense oracle keeps them alike for the
+generic variants).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from bench.membership.reference import (
     TRAINING_HOOKS,
     ReferenceModels,
     ReferenceWorldError,
-    reference_worlds_at,
+    kept_worlds,
 )
 from bench.registry_utils import require_choice
 from bench.simulation.config import SimulationConfig
@@ -136,14 +142,17 @@ class ReferenceAttack(Attack):
         pop_x, pop_y = population["x"], population["y"]
         if self.population_size is not None:
             pop_x, pop_y = pop_x[: self.population_size], pop_y[: self.population_size]
-        if len(pop_y) <= self.reserve:
+        # the threat's reference attacks share their worlds (same pool, same seed: trained once,
+        # :data:`WORLDS_KEPT`); without the harness' fields, this attack's own
+        out_of_worlds = max(self.reserve, int(population.get("held_out", self.reserve)))
+        if len(pop_y) <= out_of_worlds:
             raise AttackError(
-                f"{len(pop_y)} population samples; the attack holds {self.reserve} out of training"
+                f"{len(pop_y)} population samples; the attack holds {out_of_worlds} out of training"
             )
-        train_x, train_y = pop_x[self.reserve :], pop_y[self.reserve :]
+        train_x, train_y = pop_x[out_of_worlds:], pop_y[out_of_worlds:]
         held_x, held_y = pop_x[: self.reserve].to(x.dtype), pop_y[: self.reserve]
         n_classes = int(architecture(view).get("n_classes", 0))
-        seed = int(torch.randint(0, 2**31 - 1, ()))
+        seed = int(population.get("worlds_seed", torch.randint(0, 2**31 - 1, ())))
         rounds = resolve_rounds(view, self.rounds, self.source)
         targets = {t: stacked_targets(view, t, self.source) for t in rounds}
         online = len(y) if self.online else 0  # online: the candidates first, in half the worlds
@@ -166,7 +175,7 @@ class ReferenceAttack(Attack):
             )
         else:
             try:
-                refs_at = reference_worlds_at(
+                refs_at = kept_worlds(
                     cfg, world_x, world_y, n_classes, counts, self.worlds, rounds, self.source, seed,
                     mixing=mixing, online_candidates=online,
                 )  # fmt: skip
