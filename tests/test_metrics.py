@@ -214,9 +214,9 @@ def test_input_mse_scores_a_diverged_victim_as_the_prior_guess_not_the_whole_job
     assert 0.5 < metric.leakage(values) < 1.0
 
 
-def test_the_gossip_leakage_is_the_larger_of_exact_recoveries_and_the_mse_gain_as_the_readme_says():
+def test_the_gossip_leakage_is_the_larger_of_exact_recoveries_and_the_mse_gain_as_the_scoring_doc_says():
     """``reconstructed_fraction``'s leakage: no estimate within 1e-6 (fraction 0) but each close
-    to its value scores ``1 − MSE / MSE_prior``, not 0; the README's leakage table says the same."""
+    to its value scores ``1 − MSE / MSE_prior``, not 0; ``docs/scoring.md``'s leakage table says so."""
     from pathlib import Path
 
     gen = torch.Generator().manual_seed(0)
@@ -231,6 +231,6 @@ def test_the_gossip_leakage_is_the_larger_of_exact_recoveries_and_the_mse_gain_a
     assert metric.leakage(values) == pytest.approx(mse_gain)
     exact = metric.compute([Reconstruction(node=v, round=0, x=x[v]) for v in range(4)], truths, info)
     assert exact["fraction"] == 1.0 and metric.leakage(exact) == 1.0
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "scoring.md").read_text()
     (row,) = [line for line in readme.splitlines() if line.startswith("| `reconstructed_fraction`")]
     assert "the larger of" in row and "1 − MSE / MSE_prior" in row and "1e-6" in row

@@ -1,5 +1,5 @@
 """``python -m bench evaluate``: validate the whole sweep, run the missing jobs, score, rank and
-write the page (see the README's "Bad input, failures and Ctrl-C")."""
+write the page (see ``docs/usage.md``, "Bad input")."""
 
 from __future__ import annotations
 
