@@ -69,6 +69,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         return 0
     if args.action == "verify":
         return _verify(args, paths, root, entries)
+    if args.action == "current":
+        return _current(args, paths, root)
     catalog = Catalog(root)
     tasks = {n: catalog.task(n) for n in catalog.task_names()}
     site = Path(args.site) if args.site else root / "leaderboard" / "site"
@@ -136,6 +138,25 @@ def _check_coverage(checked: list[Any], paths: list[Path], root: Path) -> None:
         raise BenchInputError("suite.expected", f"{len(problems)} entries", reason="; ".join(problems))
 
 
+def _current(args: argparse.Namespace, paths: list[Path], root: Path) -> int:
+    """``current``: 0 when every job the suite plans with this code is in a committed entry with
+    the same key and nothing else is, on this kind of machine (:mod:`bench.leaderboard.current`);
+    else 1, naming what differs."""
+    from bench.leaderboard import files
+    from bench.leaderboard.current import currency
+    from bench.results.provenance import provenance
+
+    here = files.hardware_of(provenance("", 0, "cpu"))
+    report = currency(root, args.suite, [files.load_entry(p) for p in paths], here)
+    if report.ok:
+        print(f"current: the {report.jobs} jobs of suite {args.suite} are the committed entries' (same keys)")
+        return 0
+    print(f"not current: suite {args.suite} planned with this code differs from the committed entries")
+    for line in report.lines():
+        print(f"  {line}")
+    return 1
+
+
 def _verify(args: argparse.Namespace, paths: list[Path], root: Path, entries: Path) -> int:
     from bench.leaderboard import files
     from bench.leaderboard.verify import verify_entry
@@ -187,11 +208,15 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("leaderboard", help="export, validate and build the committed leaderboard entries")
     p.add_argument(
         "action",
-        choices=("export", "validate", "verify", "build", "schema"),
+        choices=("export", "validate", "verify", "current", "build", "schema"),
         help="export (store → entries), validate (schema + recomputed numbers), verify (re-run one seed "
-        "of each task and compare), build (entries → page), schema (rewrite the committed JSON schema)",
+        "of each task and compare), current (exit 1 unless the suite's jobs planned with this code "
+        "have exactly the entries' job keys, on this kind of machine), build (entries → page), "
+        "schema (rewrite the committed JSON schema)",
     )
-    p.add_argument("--suite", default="quick", help="export: the suite whose tasks the entries cover")
+    p.add_argument(
+        "--suite", default="quick", help="export, current: the suite whose tasks the entries cover"
+    )
     p.add_argument("--task", action="append", help="export: only these tasks (default: the suite's)")
     p.add_argument("--store", help="export: results store URL (default: runs/results.sqlite)")
     p.add_argument(
