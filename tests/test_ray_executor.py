@@ -25,7 +25,7 @@ ray = pytest.importorskip("ray", reason="the ray package is in the dev extra; .c
 TASKS = ["gaussians_logreg_fedsgd", "digits_mlp_fedsgd"]
 SWEEP = [
     *(a for t in TASKS for a in ("--task", t)),
-    *("--defense", "none", "--defense", "gaussian_noise:sigma=0.1", "--seeds", "2", "--jobs", "2"),
+    *("--defense", "none", "--defense", "quantization:delta=0.01", "--seeds", "2", "--jobs", "2"),
 ]
 
 
