@@ -57,8 +57,8 @@ import numpy as np
 import torch
 
 from bench.attacks import build_attack
+from bench.attacks.common_model import common_model
 from bench.attacks.dgd_knowledge import observations
-from bench.attacks.gradient_recovery import common_model
 from bench.attacks.reconstruction.dgd_system import (
     dgd_covariance,
     dgd_knowledge,

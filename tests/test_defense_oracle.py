@@ -16,7 +16,7 @@ import pytest
 import torch
 from test_containment import evaluate, make_root, outcomes, tiny_task
 
-from bench.attacks.inversion.matching import gradient_distance
+from bench.attacks.inversion.distance import gradient_distance
 from bench.defense_ops import clip_rows
 from bench.protocols import PROTOCOLS
 from bench.registry_utils import call_with_params
@@ -180,6 +180,7 @@ def test_an_input_query_answers_what_the_gradient_query_does(defense, params):
     ``∂F/∂x̂`` of the gradient query whose ``G`` the attack side formed, to 1e-10 in float64;
     and the attack sends ``x̂`` only when the task's loss has a name."""
     from bench.attacks.inversion.autograd_matching import AutogradMatching
+    from bench.attacks.inversion.oracle_transform import DefenseTransform
     from bench.attacks.oracle import OracleClient
     from bench.simulation.objective import LOSSES
 
@@ -200,7 +201,7 @@ def test_an_input_query_answers_what_the_gradient_query_does(defense, params):
     nodes, rounds = torch.arange(k) % 4, torch.zeros(k, dtype=torch.long)
     answers = {}
     for loss in (o.sim.loss_name, ""):
-        transform = client.transform(nodes, rounds, "cosine", loss)
+        transform = DefenseTransform(client, nodes, rounds, "cosine", loss)
         loss_fn = LOSSES.get(o.sim.loss_name, field="loss")
         fn = AutogradMatching(o.sim.flat, loss_fn, y, theta, target, "cosine", 1e-3, transform=transform)
         answers[loss] = fn(x)

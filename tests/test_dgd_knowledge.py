@@ -141,8 +141,8 @@ def dgd_run(
 def test_the_attackers_sent_models_are_their_half_steps():
     """What :func:`observations` takes as the coalition's own messages (from its mixing) equals
     its half-step ``θ_a^t − γ ∇ℓ(θ_a^t; x_a)`` computed from its own data."""
+    from bench.attacks.common_model import common_model
     from bench.attacks.dgd_knowledge import observations
-    from bench.attacks.gradient_recovery import common_model
     from bench.attacks.gradients import dummy_gradient, loss_function, parameter_leaves
 
     sim = dgd_run(coalition=(8,), lr=0.05, rounds=4)

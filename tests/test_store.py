@@ -15,7 +15,7 @@ import torch
 from sqlalchemy import create_engine, func, select, text
 
 from bench.errors import BenchInputError
-from bench.leaderboard.files import hardware_of
+from bench.leaderboard.convert import hardware_of
 from bench.results import provenance as prov
 from bench.results.record import AttackOutcome, JobResult
 from bench.results.store import AttackRow, JobRow, ResultStore

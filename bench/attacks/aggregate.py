@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from bench.attacks.base import AttackError
-from bench.attacks.gradient_recovery import common_model
+from bench.attacks.common_model import common_model
 from bench.attacks.gradients import GradientTarget, knowledge
 from bench.simulation.messages import SERVER
 from bench.threats import View

@@ -7,7 +7,8 @@ from torch import nn
 
 from bench.attacks.aggregate import aggregate_target
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.gradient_recovery import MODEL_KIND, recover_neighbor_gradients
+from bench.attacks.common_model import MODEL_KIND
+from bench.attacks.gradient_recovery import recover_neighbor_gradients
 from bench.attacks.gradients import GradientTarget, architecture, first_payloads, flat_model, input_shape
 from bench.attacks.targets import source_kinds, source_rounds
 from bench.errors import require_positive_int

@@ -11,7 +11,7 @@ import torch
 
 from bench.attacks.analytic import invert_linear, linear_slots
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.gradient_recovery import MODEL_KIND, common_model
+from bench.attacks.common_model import MODEL_KIND, common_model
 from bench.attacks.gradients import (
     GradientTarget,
     architecture,

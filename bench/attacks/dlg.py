@@ -19,6 +19,8 @@ from bench.attacks.gradients import (
     loss_name,
     parameter_leaves,
 )
+from bench.attacks.idlg import LABEL_LOSSES, idlg_label
+from bench.attacks.inversion.dlg_batched import BatchedDLG
 from bench.attacks.inversion.oracle_transform import DefenseTransform, node_gradient_variant
 from bench.attacks.oracle import OracleClient
 from bench.attacks.targets import NODE_SOURCES, gradient_targets, source_kinds
@@ -29,33 +31,10 @@ from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
 
-#: losses whose last-layer gradient sign reveals the label of a single sample
-LABEL_LOSSES = ("cross_entropy", "binary_cross_entropy")
 _SEED_TAG = 0xD16  # separates DLG's initialization stream from other users of counter_hash
 
 if TYPE_CHECKING:
     from bench.protocols import Protocol
-
-
-def idlg_label(model: FlatModel, grad: torch.Tensor, loss: str) -> int | None:
-    """The label of a one-sample gradient from the sign of the last layer's gradient (iDLG).
-
-    For softmax cross-entropy ``∂ℓ/∂z_c = p_c − 1{c = y}`` is negative only for the true class,
-    so ``y = argmin_c ∂ℓ/∂b_c`` (Zhao et al. 2020, §3; Yu et al., TIFS 2025, Eqs. 10–11). Without
-    a last-layer bias the rows of the last weight gradient ``(∂ℓ/∂z_c) a_{L−1}`` are summed
-    (the inversefed rule; ``a_{L−1} ≥ 0`` after a ReLU). With one logit and binary
-    cross-entropy ``∂ℓ/∂z = σ(z) − y``, so ``y = 1`` iff ``∂ℓ/∂b < 0``. Returns ``None`` for
-    other losses (regression), whose targets must be optimized.
-    """
-    if loss not in LABEL_LOSSES:
-        return None
-    last = model.slots[-1]
-    g = grad.narrow(-1, last.offset, last.numel).reshape(last.shape)
-    if g.dim() == 2:  # a weight [C, H] without a bias after it
-        g = g.sum(1)
-    if loss == "binary_cross_entropy" or g.numel() == 1:
-        return int(g.reshape(-1)[0] < 0)
-    return int(g.argmin())
 
 
 @ATTACKS.register("dlg", "DLG gradient inversion with L-BFGS and iDLG analytic labels (batch size 1)")
@@ -73,8 +52,9 @@ class DLG(Attack):
     parameter gradient (``create_graph=True``, second order) with respect to ``x′``.
 
     * ``batch_size = 1`` with a classification loss: the label comes analytically from the
-      sign of the last layer's gradient (iDLG, Zhao et al. 2020; :func:`idlg_label`) and only
-      ``x′`` is optimized — the thesis' Algorithm 5 setting.
+      sign of the last layer's gradient (iDLG, Zhao et al. 2020;
+      :func:`~bench.attacks.idlg.idlg_label`) and only ``x′`` is optimized — the thesis'
+      Algorithm 5 setting.
     * ``batch_size > 1`` (or a regression loss): soft labels are optimized jointly, as in DLG:
       ``y′ = softmax(ŷ)`` of dummy logits ``ŷ`` (``sigmoid`` for one logit; raw targets for
       regression). The returned labels are ``argmax ŷ``; reconstructed images come in an
@@ -181,14 +161,12 @@ class DLG(Attack):
                     transform = None
                     if client is not None:
                         where = torch.tensor([target.node]), torch.tensor([target.round])
-                        transform = client.transform(*where, "l2")
+                        transform = DefenseTransform(client, *where, "l2")
                     recs.append(self.invert(target, model, loss, loss_fn, shape, transform))
         return recs
 
     def batched_variant(self) -> Attack:
         """This configuration as a batched DLG with enumerated labels (the generic variant)."""
-        from bench.attacks.inversion.dlg_batched import BatchedDLG  # it imports this module
-
         return BatchedDLG(
             rounds=self.rounds,
             source=self.source,

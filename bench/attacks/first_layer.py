@@ -39,7 +39,7 @@ import torch
 
 from bench.attacks import gradients
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.dlg import idlg_label
+from bench.attacks.idlg import idlg_label
 from bench.attacks.targets import NODE_SOURCES, gradient_targets, source_kinds, source_rounds
 from bench.errors import require
 from bench.registry_utils import require_choice

@@ -9,11 +9,11 @@ minibatch gradient ``∇L(ξ_v^t; Θ_v^t) = (Θ_v^t − Θ_v^{t+½}) / η`` (the
 the paper's expression) and can invert it as an FL server would invert an upload.
 
 Two of the paper's three cases are supported: round ``t = 0`` with a common initialization
-``Θ_v^0 = Θ_A^0`` (case 1; the engine's default ``common_init``, :func:`common_model`) and, at
-any round, the recomputation of ``Θ_v^t`` from the previous round's messages when
-``N(v) ⊆ N(A)`` (case 3; :mod:`bench.attacks.system_knowledge`, with the momentum correction and
-neighbour discovery). Exact consensus at a later round (case 2) is case 3's limit and is not
-special-cased.
+``Θ_v^0 = Θ_A^0`` (case 1; the engine's default ``common_init``,
+:func:`~bench.attacks.common_model.common_model`) and, at any round, the recomputation of
+``Θ_v^t`` from the previous round's messages when ``N(v) ⊆ N(A)`` (case 3;
+:mod:`bench.attacks.system_knowledge`, with the momentum correction and neighbour discovery).
+Exact consensus at a later round (case 2) is case 3's limit and is not special-cased.
 """
 
 from __future__ import annotations
@@ -21,42 +21,10 @@ from __future__ import annotations
 import torch
 
 from bench.attacks.base import AttackError
-from bench.attacks.gradients import architecture, first_payloads, knowledge
+from bench.attacks.common_model import MODEL_KIND
+from bench.attacks.gradients import first_payloads, knowledge
+from bench.attacks.system_knowledge import recover_gradients
 from bench.threats import View
-
-MODEL_KIND = "model"
-
-
-def common_model(view: View, round_: int) -> torch.Tensor:
-    """``Θ^t [P]``: the model every node holds at the start of ``round_`` (supported: ``t = 0``).
-
-    Raises
-    ------
-    AttackError
-        For ``round_ != 0``, without a coalition state of that round, when the coalition's states
-        differ or the architecture declares per-node initializations (``common_init`` false).
-    """
-    if round_ != 0:
-        raise AttackError(
-            f"gradient recovery needs the victims' model Θ_v^t; it is the coalition's own only when all "
-            f"nodes hold the same model, which is supported at round 0 (common initialization), not "
-            f"round {round_}"
-        )
-    if not view.coalition or round_ not in view.own_states:
-        raise AttackError(
-            f"gradient recovery needs a coalition member's state at round {round_} (a neighbors view "
-            f"with that round recorded)"
-        )
-    if architecture(view).get("common_init") is False:
-        raise AttackError("nodes start from their own initializations: Θ_v^0 differs from the coalition's")
-    states = view.own_states[round_]
-    theta = states[0]
-    if not bool((states == theta).all()):
-        raise AttackError(
-            f"the coalition members hold different models at round {round_}, so the victims' model "
-            f"is unknown (per-node initializations?)"
-        )
-    return theta
 
 
 def recover_neighbor_gradients(
@@ -84,8 +52,6 @@ def recover_neighbor_gradients(
         gradients at several models) after which one gossip step follows; when ``lr`` is not
         public, no model messages of the round were observed, or no victim's model is known.
     """
-    from bench.attacks.system_knowledge import recover_gradients
-
     hyper = knowledge(view, "hyperparameters")
     if "lr" not in hyper:
         raise AttackError("gradient recovery needs the public learning rate η (hyperparameters['lr'])")

@@ -3,16 +3,18 @@ runs the job's defense (:mod:`bench.runner.oracle`), through the harness's relay
 
 A generic defense-aware variant (``<attack>+oracle``) gets an :class:`OracleClient` in ``run``:
 gradient-matching attacks ask it for their objective through the defense's send pipeline
-(:mod:`bench.attacks.inversion.oracle_transform`), reference-model membership attacks for
-reference worlds trained under the defense (:meth:`OracleClient.reference_worlds`), so that their
-signals are calibrated to the defended distribution. Queries and answers are plain data.
+(a :class:`~bench.attacks.inversion.oracle_transform.DefenseTransform` over the client),
+reference-model membership attacks for reference worlds trained under the defense
+(:meth:`OracleClient.reference_worlds`), so that their signals are calibrated to the defended
+distribution. Queries and answers are plain data. The client knows nothing of what is built on
+it: it carries queries and answers.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -20,9 +22,6 @@ from bench.attacks.base import OracleUnavailable
 from bench.membership.reference import ReferenceModels
 from bench.simulation.messages import SERVER
 from bench.threats import View
-
-if TYPE_CHECKING:
-    from bench.attacks.inversion.oracle_transform import DefenseTransform
 
 #: the query channel: plain data in, plain data out (raises when the oracle cannot answer)
 Ask = Callable[[dict[str, Any]], dict[str, Any]]
@@ -63,16 +62,6 @@ class OracleClient:
             return self.ask(q)
         except Exception as exc:
             raise OracleUnavailable(f"the defense oracle cannot answer: {exc}") from None
-
-    def transform(
-        self, nodes: torch.Tensor, rounds: torch.Tensor, objective: str = "l2", loss: str = ""
-    ) -> DefenseTransform:
-        """``dist(D(·), g)`` for problems of victims ``nodes [K]`` in rounds ``rounds [K]``
-        (:mod:`bench.attacks.inversion.oracle_transform`); ``loss``: the task's loss by its
-        registered name, for input queries (``""``: gradient queries only)."""
-        from bench.attacks.inversion.oracle_transform import DefenseTransform
-
-        return DefenseTransform(self, nodes.long().cpu(), rounds.long().cpu(), objective, loss)
 
     def reference_worlds(self, **args: Any) -> dict[int, ReferenceModels]:
         """Reference worlds trained *under the defense*, in the oracle process: the arguments of

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from bench.attacks.base import AttackError
-from bench.attacks.gradient_recovery import common_model
+from bench.attacks.common_model import common_model
 from bench.attacks.gradients import knowledge
 from bench.attacks.system_knowledge import own_half_steps
 from bench.threats import View

@@ -12,7 +12,7 @@ convention, the paper's training uses μ = 0.9) the step is the momentum buffer;
 ``∇L^t = m^t − μ m^{t−1}`` from two consecutive recoveries (the caveat the paper leaves open),
 which needs rounds ``t − 2 … t`` recorded. Each round's ``η_t`` follows the protocol's public
 step-decay schedule (:func:`~bench.protocols.decentralized.lr_at`). Round 0 uses the common initialization
-(:func:`~bench.attacks.gradient_recovery.common_model`), ``m^{−1} = 0``.
+(:func:`~bench.attacks.common_model.common_model`), ``m^{−1} = 0``.
 
 What the coalition itself sent, ``Θ_a^{t−½}``, comes from its own mixing:
 ``Θ_a^{t} = W_aa Θ_a^{t−½} + Σ_{u≠a} W_au Θ_u^{t−½}`` (:func:`sent_models`) — unless it sent ``v``
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from bench.attacks.base import AttackError
-from bench.attacks.gradient_recovery import MODEL_KIND, common_model
+from bench.attacks.common_model import MODEL_KIND, common_model
 from bench.attacks.gradients import (
     dummy_gradient,
     first_payloads,

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from bench.attacks.aggregate import AGGREGATE_SOURCES, aggregate_target
 from bench.attacks.base import AttackError
-from bench.attacks.gradient_recovery import MODEL_KIND, common_model, recover_neighbor_gradients
+from bench.attacks.common_model import MODEL_KIND, common_model
+from bench.attacks.gradient_recovery import recover_neighbor_gradients
 from bench.attacks.gradients import GradientTarget, knowledge, server_targets
 from bench.attacks.sybil import sybil_models
 from bench.attacks.system_knowledge import recovery_rounds, victim_models

@@ -8,7 +8,8 @@ import torch
 
 from bench.active.trap import trapped_inputs
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.gradient_recovery import MODEL_KIND, recover_neighbor_gradients
+from bench.attacks.common_model import MODEL_KIND
+from bench.attacks.gradient_recovery import recover_neighbor_gradients
 from bench.attacks.gradients import flat_model, input_shape
 from bench.attacks.system_knowledge import recovery_rounds
 from bench.errors import require_positive_int

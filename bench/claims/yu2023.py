@@ -195,8 +195,8 @@ def thesis_c10(scale: str) -> Measured:
     """For softmax cross-entropy ∂ℓ/∂b_c = p_c − 1[c = y] is negative only at the true class, so
     argmin_c ∂ℓ/∂b_c is the label (Zhao et al. 2020); in a difference of two such gradients of the
     same sample the indicator cancels. Measured: 600/600 on gradients."""
-    from bench.attacks.dlg import idlg_label
     from bench.attacks.gradients import server_targets
+    from bench.attacks.idlg import idlg_label
     from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
 
     correct = trials = 0

@@ -1,4 +1,5 @@
-"""Job records ↔ entry job summaries, and the per-track aggregates of an entry.
+"""Job records ↔ entry job summaries (with the hardware a job ran on, as an entry shows it), and
+the per-track aggregates of an entry.
 
 The aggregates are those of the results table (:func:`bench.scoring.entry_table`) computed from
 the summaries alone, so an entry, the store it came from and the page built from it agree.
@@ -7,6 +8,7 @@ the summaries alone, so an entry, the store it came from and the page built from
 from __future__ import annotations
 
 import math
+import platform
 import re
 from typing import Any
 
@@ -25,6 +27,27 @@ KEPT_PATTERN = re.compile(r"membership_auc\.(tpr|auc)@[0-9.e-]+")
 #: job metric keys an entry keeps as its ``series``: generalization error and consensus distance
 #: per round (Pasquini et al. 2023, Eqs. 1 and 3), against which the page plots vulnerability
 SERIES_PATTERN = re.compile(r"(g_err|consensus)@[0-9]+")
+
+
+#: ``entry.hardware`` key ← job provenance key (:func:`bench.results.provenance.provenance`)
+HARDWARE_FIELDS: dict[str, str] = {
+    "device": "device",
+    "machine": "machine",
+    "cpu": "cpu",
+    "cpus": "cpus",
+    "threads": "threads",
+    "isa": "isa",
+    "torch": "torch_build",
+}
+
+
+def hardware_of(provenance: dict) -> dict[str, str]:
+    """What ran a job, as an entry shows it: device, architecture, CPU model, logical CPUs,
+    intra-op threads, the vector instruction set of the CPU kernels and the torch build. Results
+    stored before a field was recorded lack it; it is left out rather than guessed (the
+    architecture falls back to this machine's, as before)."""
+    known = {**provenance, "machine": provenance.get("machine", platform.machine())}
+    return {k: str(known[src]) for k, src in HARDWARE_FIELDS.items() if known.get(src) not in (None, "")}
 
 
 def _series(metrics: dict[str, Any]) -> dict[str, float]:

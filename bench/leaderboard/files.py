@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from bench.defense_source import UNDECLARED
 from bench.errors import BenchInputError
 from bench.leaderboard import DEFAULT_TOLERANCE
-from bench.leaderboard.convert import restore, summarize, tracks_of
+from bench.leaderboard.convert import hardware_of, restore, summarize, tracks_of
 from bench.leaderboard.declared import declaration_problems
 from bench.leaderboard.declared import declared_isolated as declared_isolated  # re-exported
 from bench.leaderboard.entry import (
@@ -60,27 +60,6 @@ def _write(path: Path, text: str) -> None:
 
 def entry_text(entry: Entry) -> str:
     return json.dumps(entry.model_dump(mode="json"), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-
-
-#: ``entry.hardware`` key ← job provenance key (:func:`bench.results.provenance.provenance`)
-HARDWARE_FIELDS: dict[str, str] = {
-    "device": "device",
-    "machine": "machine",
-    "cpu": "cpu",
-    "cpus": "cpus",
-    "threads": "threads",
-    "isa": "isa",
-    "torch": "torch_build",
-}
-
-
-def hardware_of(provenance: dict) -> dict[str, str]:
-    """What ran a job, as an entry shows it: device, architecture, CPU model, logical CPUs,
-    intra-op threads, the vector instruction set of the CPU kernels and the torch build. Results
-    stored before a field was recorded lack it; it is left out rather than guessed (the
-    architecture falls back to this machine's, as before)."""
-    known = {**provenance, "machine": provenance.get("machine", platform.machine())}
-    return {k: str(known[src]) for k, src in HARDWARE_FIELDS.items() if known.get(src) not in (None, "")}
 
 
 def _defense_info(first: JobResult, label: str, declarations: dict[str, dict[str, Any]]) -> DefenseInfo:

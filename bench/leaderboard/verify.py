@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.leaderboard import DEFAULT_TOLERANCE
-from bench.leaderboard.convert import summarize
+from bench.leaderboard.convert import hardware_of, summarize
 from bench.leaderboard.entry import Entry, JobSummary
 
 if TYPE_CHECKING:
@@ -240,8 +240,6 @@ def verify_entry(
             for threads, group in sorted(groups.items()):
                 run_grid(group, store, root, parallel=parallel, progress=False, threads=threads)
             results = {r.key: r for r in store.results()}
-    from bench.leaderboard.files import hardware_of
-
     for stated, job in runnable:
         report.rerun.append((stated.task, stated.seed))
         result = results.get(job.key)

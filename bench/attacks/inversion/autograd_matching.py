@@ -21,7 +21,7 @@ by two calls of :func:`torch.autograd.grad` — the same objective and gradient 
 checks the two to 1e-10 in float64), 1.2–1.5× faster per call for up to 8 problems of the LeNet
 and slower for many (see :data:`~bench.attacks.inversion.matching.AUTOGRAD_MAX_PROBLEMS`, where
 ``matching_fn``'s ``auto`` switches). On a CPU the problems are evaluated in chunks of
-:func:`~bench.attacks.inversion.matching.problem_chunk` problems (a loop over chunks of
+:func:`~bench.attacks.inversion.chunking.problem_chunk` problems (a loop over chunks of
 problems, never over single problems), as the generic path.
 """
 
@@ -30,7 +30,8 @@ from __future__ import annotations
 import torch
 from torch.func import grad, vmap
 
-from bench.attacks.inversion.matching import gradient_distance, problem_chunk
+from bench.attacks.inversion.chunking import problem_chunk
+from bench.attacks.inversion.distance import gradient_distance
 from bench.attacks.inversion.oracle_transform import DefenseTransform
 from bench.attacks.inversion.regularizers import total_variation
 from bench.simulation.flat import FlatModel

@@ -43,11 +43,11 @@ from torch.func import grad, vmap
 
 from bench.attacks.base import ATTACKS, AttackError, Reconstruction
 from bench.attacks.gradients import flat_model, input_shape, loss_function, loss_name
+from bench.attacks.inversion.distance import gradient_distance
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.matching import (
     MATCHING_METHODS,
     BatchedFn,
-    gradient_distance,
     mean_loss,
     problems_fn,
     vmap_problems,

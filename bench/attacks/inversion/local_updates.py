@@ -19,7 +19,6 @@ import torch
 from torch.func import grad, vmap
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.dlg import LABEL_LOSSES
 from bench.attacks.gradients import (
     GradientTarget,
     architecture,
@@ -31,6 +30,7 @@ from bench.attacks.gradients import (
     loss_name,
     server_targets,
 )
+from bench.attacks.idlg import LABEL_LOSSES
 from bench.attacks.inversion.matching import (
     OBJECTIVES,
     BatchedFn,

@@ -13,7 +13,8 @@ and its gradient ``∇_{x_k} F_k`` (``torch.func.grad`` of ``F_k`` wrt ``x_k``, 
 mean training loss of the batch (:func:`mean_loss`), ``TV`` the total variation of
 :func:`~bench.attacks.inversion.regularizers.total_variation`, and ``D`` the squared L2 distance
 (DLG, Zhu et al. 2019, Eq. 4) or ``1 − cos`` over the concatenated gradient of all layers
-(Inverting Gradients, Geiping et al. 2020, Eq. 4; :func:`gradient_distance`). For Sequential
+(Inverting Gradients, Geiping et al. 2020, Eq. 4;
+:func:`~bench.attacks.inversion.distance.gradient_distance`). For Sequential
 MLPs, :func:`matching_fn` evaluates the same ``F_k`` and gradients through the rank-one
 ("Gram") expansion of :mod:`bench.attacks.inversion.gram`, which never forms the per-problem
 ``∇_θ L``; for other models (convolutional nets), calls of a few problems go by default through
@@ -22,7 +23,8 @@ vmapped, both derivatives by plain autograd — the same numbers, faster on a CP
 
 The problems share no variables, so ``∇_x Σ_k F_k = (∇_{x_k} F_k)_k``: the batched optimizers
 of :mod:`bench.attacks.inversion.optimizers` run the K optimizations on these values and
-gradients at once. On a CPU the vmap runs in chunks of problems (:data:`CPU_CHUNK_BYTES`).
+gradients at once. On a CPU the vmap runs in chunks of problems
+(:func:`~bench.attacks.inversion.chunking.problem_chunk`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from collections.abc import Callable
 import torch
 from torch.func import grad, grad_and_value, vmap
 
+from bench.attacks.inversion.autograd_matching import AutogradMatching
+from bench.attacks.inversion.chunking import problem_chunk
+from bench.attacks.inversion.distance import gradient_distance
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.oracle_transform import DefenseTransform
 from bench.attacks.inversion.regularizers import total_variation
@@ -48,23 +53,12 @@ MATCHING_METHODS = ("auto", "vmap", "gram", "autograd")
 BatchedFn = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
 
 
-def gradient_distance(g: torch.Tensor, target: torch.Tensor, objective: str) -> torch.Tensor:
-    """``D(g, target)``: the squared L2 distance ``‖g − target‖²`` (DLG, Zhu et al. 2019, Eq. 4)
-    or ``1 − ⟨g, target⟩ / (‖g‖ ‖target‖)`` over the concatenated gradient of all layers
-    (Inverting Gradients, Geiping et al. 2020, Eq. 4); over the last dimension, so ``[K, P]``
-    rows give ``[K]`` distances."""
-    if objective == "l2":
-        return (g - target).pow(2).sum(-1)
-    norms = (g.norm(dim=-1) * target.norm(dim=-1)).clamp_min(torch.finfo(g.dtype).tiny)
-    return 1.0 - (g * target).sum(-1) / norms
-
-
 def regularized_distance(
     g: torch.Tensor, target: torch.Tensor, x: torch.Tensor, objective: str, tv_weight: float = 0.0
 ) -> torch.Tensor:
-    """``D(g, target) + λ_TV · TV(x)``: :func:`gradient_distance` plus the total variation of the
-    dummy inputs ``x`` (not evaluated when ``λ_TV = 0``) — the matching objective of one problem
-    once its dummy gradient ``g`` is formed."""
+    """``D(g, target) + λ_TV · TV(x)``: :func:`~bench.attacks.inversion.distance.gradient_distance`
+    plus the total variation of the dummy inputs ``x`` (not evaluated when ``λ_TV = 0``) — the
+    matching objective of one problem once its dummy gradient ``g`` is formed."""
     value = gradient_distance(g, target, objective)
     if tv_weight:
         value = value + tv_weight * total_variation(x)
@@ -143,27 +137,11 @@ def matching_values(
     return values(x, y, theta, target)
 
 
-#: on a CPU, problems are vmapped in chunks whose per-problem parameter gradients take about this
-#: many bytes: a vmap over all K problems at once materializes ``[K, P]`` tensors several times
-#: per evaluation and is memory-bound (measured on 2 cores: 200 problems of the MNIST-shaped MLP,
-#: 79.5k parameters — 256 ms unchunked, 87 ms in chunks of 32, 429 ms one by one; for the 7.5k
-#: digits MLP one chunk is fastest). On a GPU everything is one vmap.
-CPU_CHUNK_BYTES = 8 << 20
-
-
-def problem_chunk(params_per_problem: int, like: torch.Tensor) -> int | None:
-    """``chunk_size`` for ``torch.func.vmap`` over problems of ``params_per_problem`` parameters
-    (``None`` — a single vmap — off the CPU); see :data:`CPU_CHUNK_BYTES`."""
-    if like.device.type != "cpu":
-        return None
-    return max(4, CPU_CHUNK_BYTES // max(1, params_per_problem * like.element_size()))
-
-
 def vmap_problems(
     objective: Callable[..., torch.Tensor], params_per_problem: int, like: torch.Tensor
 ) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """``vmap(grad_and_value(objective))`` over problems (gradient wrt the first argument),
-    chunked on a CPU (:func:`problem_chunk`)."""
+    chunked on a CPU (:func:`~bench.attacks.inversion.chunking.problem_chunk`)."""
     return vmap(grad_and_value(objective), chunk_size=problem_chunk(params_per_problem, like))
 
 
@@ -213,8 +191,6 @@ def matching_fn(
     """
     require_choice(method, MATCHING_METHODS, "matching method")
     if transform is not None:
-        from bench.attacks.inversion.autograd_matching import AutogradMatching
-
         return AutogradMatching(model, loss_fn, y, theta, target, objective, tv_weight, transform=transform)
     if not kept_only and (method == "gram" or (method == "auto" and gram_applicable(model))):
         return GramMatching(model, loss_fn, y, theta, target, objective, tv_weight)
@@ -222,8 +198,6 @@ def matching_fn(
     batched = problems_fn(vmap_problems(fn, target.shape[-1], target), y, theta, target)
     if method == "vmap":
         return batched
-    from bench.attacks.inversion.autograd_matching import AutogradMatching  # it imports this module
-
     small = AutogradMatching(model, loss_fn, y, theta, target, objective, tv_weight, kept_only)
     if method == "autograd":
         return small

@@ -67,12 +67,14 @@ PROBLEM_SETS_KEPT = 4
 class DefenseTransform:
     """``(per_sample [K', B, P], theta [K', P], target [K', P], idx [K'] or None) -> F [K']``,
     ``F_k = dist(D(G_k), g_k)`` for the problems ``idx`` with the attack's distance
-    ``objective``, differentiable wrt ``G`` through :class:`ThroughOracle`."""
+    ``objective``, differentiable wrt ``G`` through :class:`ThroughOracle`: the defense oracle's
+    pipeline ``D`` of victims ``nodes [K]`` in rounds ``rounds [K]``, asked through ``client``."""
 
     def __init__(
         self, client: OracleClient, nodes: torch.Tensor, rounds: torch.Tensor, objective: str, loss: str = ""
     ) -> None:
-        self.client, self.nodes, self.rounds, self.objective = client, nodes, rounds, objective
+        self.client, self.objective = client, objective
+        self.nodes, self.rounds = nodes.long().cpu(), rounds.long().cpu()
         #: the registered name of the task's loss (``""``: unnamed, gradient queries only)
         self.loss = loss
         self._sets: list[tuple[str, torch.Tensor, torch.Tensor]] = []
@@ -212,7 +214,7 @@ def problems_transform(
         return None
     nodes = torch.tensor([int(targets[int(v)].node) for v in victim.tolist()], dtype=torch.long)
     rounds = torch.tensor([int(targets[int(v)].round) for v in victim.tolist()], dtype=torch.long)
-    return oracle.for_view(view).transform(nodes, rounds, objective, loss_name(view))
+    return DefenseTransform(oracle.for_view(view), nodes, rounds, objective, loss_name(view))
 
 
 def variant_labels(labels: str, oracle: OracleClient | None) -> str:

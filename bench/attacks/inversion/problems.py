@@ -26,8 +26,8 @@ import torch
 
 from bench.attacks.aggregate import drop_own
 from bench.attacks.base import AttackError, Reconstruction
-from bench.attacks.dlg import LABEL_LOSSES, idlg_label
 from bench.attacks.gradients import GradientTarget
+from bench.attacks.idlg import LABEL_LOSSES, idlg_label
 from bench.attacks.inversion.label_counts import infer_label_counts
 from bench.attacks.inversion.optimizers import BatchedResult
 from bench.data.stacked import counter_hash
@@ -60,7 +60,8 @@ def label_hypotheses(
     """Label hypotheses ``[H, B]`` (long) for one gradient and whether they were inferred
     analytically (iDLG or label counts: one hypothesis) rather than enumerated.
 
-    ``idlg``: the analytic label of a one-sample classification gradient (:func:`idlg_label`).
+    ``idlg``: the analytic label of a one-sample classification gradient
+    (:func:`~bench.attacks.idlg.idlg_label`).
     ``counts``: the label multiset of a batch from the last layer's gradient,
     ``n_c = B (p̄_c − ∂L/∂b_c)`` with the mean softmax ``p̄`` estimated on dummy inputs at
     ``theta`` (:func:`~bench.attacks.inversion.label_counts.infer_label_counts`; needs ``theta``
