@@ -12,10 +12,23 @@ Usage::
 
 A registry never dispatches through if/elif chains; new entries (including plugins) add
 themselves by importing their module.
+
+Finding the modules — two mechanisms, on purpose:
+
+* **Trusted package code** (attacks, the papers' claims) is discovered by
+  :func:`import_submodules`: the package imports every module under it, so adding an attack or a
+  claim is one new file in its folder and no ``__init__`` edit.
+* **Untrusted defenses** (``defenses/*.py``) are never discovered this way: their files come from
+  strangers' pull requests, so :mod:`bench.defenses_api` loads them by source, one named file at a
+  time — the bytes that are hashed into the job key, a failure reported against its file and its
+  registrations taken back — and a job runs their code only in sandboxed processes
+  (:mod:`bench.runner.sandbox`).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -92,3 +105,27 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def import_submodules(package: str) -> list[str]:
+    """Import every module and subpackage under ``package``, recursively, and return their names.
+
+    Modules are found with :func:`pkgutil.iter_modules` over each package's ``__path__`` and
+    imported depth-first in sorted order (a subpackage right before its own modules), so the
+    order — and with it the order of registration — does not depend on the file system. This is
+    the discovery of *trusted* plugins: importing a module runs it, so it is for package code
+    only (attacks, claims), never for the untrusted defenses of ``defenses/`` (the module
+    docstring says why). An import error propagates: a broken module is not skipped silently.
+    """
+    imported: list[str] = []
+
+    def walk(name: str) -> None:
+        path = getattr(importlib.import_module(name), "__path__", None)
+        if path is None:
+            return
+        for info in sorted(pkgutil.iter_modules(path, name + "."), key=lambda m: m.name):
+            imported.append(info.name)
+            walk(info.name)  # imports it; recurses when it is a package
+
+    walk(package)
+    return imported

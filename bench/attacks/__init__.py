@@ -1,21 +1,8 @@
 """Attacks: each module registers one attack in :data:`ATTACKS`; importing the package
 registers them all."""
 
-from bench.attacks import (  # noqa: F401  (registration)
-    analytic,
-    dgd_knowledge,
-    dlg,
-    first_layer,
-    gossip_knowledge,
-    gradient_recovery,
-    inversion,
-    local_model,
-    membership,
-    pdmm_analytic,
-    pdmm_first_layer,
-    trap_inversion,
-)
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
+from bench.registry import import_submodules
 
 __all__ = ["ATTACKS", "Attack", "AttackError", "Reconstruction", "Requirement", "build_attack"]
 
@@ -25,3 +12,8 @@ def build_attack(name: str, **params) -> Attack:
     from bench.registry_utils import call_with_params
 
     return call_with_params(ATTACKS, name, "attack", **params)
+
+
+# registration: every module under the package, subpackages included (one new file registers a
+# new attack; trusted package code, unlike the sandboxed defenses: bench/registry.py)
+import_submodules(__name__)

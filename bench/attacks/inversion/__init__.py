@@ -8,12 +8,3 @@ Their shared machinery: the matching objective of K problems (:mod:`.matching`, 
 expansion of :mod:`.gram` and the image priors of :mod:`.regularizers`), the batched Adam and
 L-BFGS (:mod:`.optimizers`), and the construction of the problems from label hypotheses
 (:mod:`.problems`, with the batch label counts of :mod:`.label_counts`)."""
-
-from bench.attacks.inversion import (  # noqa: F401  (registration)
-    component,
-    difference,
-    dlg_batched,
-    inverting_gradients,
-    local_updates,
-    noisy_gradient,
-)
