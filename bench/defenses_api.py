@@ -107,7 +107,17 @@ class Defense(DefenseHooks):
         return self
 
     def bind(self, run: RunInfo) -> None:
-        """Called once the simulation is built (its seed, sizes, device and dtype are known)."""
+        """Keep the run's public facts as ``self.run`` (subclasses call ``super().bind(run)``).
+
+        Called
+        ------
+        Once, when the simulation is built (its seed, sizes, device and dtype are known),
+        before the first round.
+
+        Returns
+        -------
+        Nothing.
+        """
         self.run = run
 
     def generator(self, tag: str, device: torch.device | str) -> torch.Generator:
@@ -133,10 +143,20 @@ class Defense(DefenseHooks):
         return torch.Generator(device=device).manual_seed(derive_seed(self.run.seed, f"defense:{tag}"))
 
     def applies_to(self, name: str, protocol: Protocol) -> str | None:
-        """``None`` when the defense acts on runs of protocol ``name`` (``protocol``: an instance
-        built with the task's parameters), else the reason it does not: a name outside
+        """Whether the defense acts on runs of protocol ``name`` (``protocol``: an instance
+        built with the task's parameters).
+
+        Called
+        ------
+        By the probe, for each protocol configuration of the jobs to run; the harness skips,
+        and says so, the pairs it does not apply to.
+
+        Returns
+        -------
+        ``None`` when it applies, else the reason it does not. Default: a name outside
         :attr:`protocols`; or no overridden hook that the protocol calls, no callback, and no
-        protocol override that differs from the task's own parameters."""
+        protocol override that differs from the task's own parameters.
+        """
         if self.protocols and name not in self.protocols:
             return f"applies to {', '.join(self.protocols)} only"
         if self.callbacks():
@@ -154,15 +174,44 @@ class Defense(DefenseHooks):
         return f"{name} calls none of its hooks ({used})"
 
     def callbacks(self) -> list[Callback]:
-        """Lightning callbacks the defense needs (e.g. ``EarlyStopping``)."""
+        """Lightning callbacks the defense needs (e.g. ``EarlyStopping``).
+
+        Called
+        ------
+        When the simulation process builds the Lightning trainer (and by :meth:`applies_to`).
+
+        Returns
+        -------
+        A list of callbacks. Default: empty.
+        """
         return []
 
     def accounting(self) -> dict[str, Any]:
-        """Privacy accounting (ε, δ, accountant) where the defense defines it; else empty."""
+        """Privacy accounting (ε, δ, accountant) where the defense defines it.
+
+        Called
+        ------
+        After the run, in the simulation process; stored with the job, its mean ε shown in the
+        tables and on the page.
+
+        Returns
+        -------
+        At least ``epsilon`` and ``delta`` (``{"epsilon": None}``: no guarantee). Default: empty.
+        """
         return {}
 
     def adaptive_knowledge(self) -> dict[str, Any]:
-        """What an adaptive attacker is told about the defense (its public parameters)."""
+        """What an adaptive attacker is told about the defense (its public parameters).
+
+        Called
+        ------
+        By the probe; each attack of the track turns it into its ``<name>+adaptive`` variant
+        (``Attack.adapt(defense, knowledge)``).
+
+        Returns
+        -------
+        Plain data. Default: the instance's public attributes (not ``run``).
+        """
         return {k: v for k, v in vars(self).items() if not k.startswith("_") and k != "run"}
 
 

@@ -1,5 +1,9 @@
 """Active adversaries of decentralized learning (Pasquini, Raynal & Troncoso, S&P 2023, §5–6):
-policies that substitute what a coalition sends. Importing the package registers them all."""
+policies that rewrite what a coalition of corrupt nodes sends after the defense ran (``echo``,
+``state_override``, ``trap``), their contract (``policy``) and where the attacker sits in the
+graph (``placement``); the ``active`` threat model runs them (:mod:`bench.threats.active`), and
+importing the package registers them all.
+"""
 
 from bench.active import echo, state_override  # noqa: F401  (registration)
 from bench.active.policy import POLICIES, ActivePolicy, build_policy

@@ -1,5 +1,11 @@
-"""Attacks: each module registers one attack in :data:`ATTACKS`; importing the package
-registers them all."""
+"""Attacks: each module registers one attack in :data:`ATTACKS` that reads one threat model's
+:class:`~bench.threats.view.View` and returns reconstructions (the contract: :mod:`bench.attacks.base`);
+importing the package registers them all. The modules here are the analytic, gradient-recovery,
+knowledge-system and active attacks and what they share (``gradients``, ``targets``, ``oracle``,
+``applicability``); batched gradient inversion is in ``inversion/``, membership inference in
+``membership/`` and the reconstruction of private quantities from transcripts in
+``reconstruction/`` (``bench/attacks/README.md``).
+"""
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.registry import import_submodules

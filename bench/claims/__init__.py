@@ -1,5 +1,8 @@
-"""The source papers' claims as named checks (``python -m bench reproduce``); see
-:mod:`bench.claims.base` and ``bench/claims/README.md``."""
+"""The source papers' claims as named checks: each paper's module registers its checks under
+``<paper>:<id>`` (:mod:`bench.claims.base`), ``unchecked`` lists the claims not checked and why,
+and ``python -m bench reproduce`` runs them and writes the report (:mod:`bench.claims.report`;
+see ``bench/claims/README.md``).
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The subcommands of ``python -m bench``: one module each, registered with :data:`COMMANDS`.
-
-A module registers its handler (``args -> exit code``) and adds its options to the parser
-(``add_parser(sub)``); :mod:`bench.cli` builds the parser and maps errors to exit codes.
+"""The subcommands of ``python -m bench``: one module each, registered with :data:`COMMANDS`; a
+module registers its handler (``args -> exit code``) and adds its options to the parser
+(``add_parser(sub)``), and :mod:`bench.cli` builds the parser and maps errors to exit codes.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Datasets (synthetic, bundled and cached real data) and partitions over nodes.
-
-Real datasets (MNIST, Fashion-MNIST, CIFAR-10/100, STL-10: :mod:`bench.data.real`; Purchase-100,
-Texas-100, Adult: :mod:`bench.data.tabular`) are read from the cache ``BENCH_DATA`` (default
-``~/.cache/bench``) after checksum verification; see :mod:`bench.data.sources` (the files and
-their checksums), :mod:`bench.data.checksums`, :mod:`bench.data.cache` (finding a copy),
-:mod:`bench.data.ingest` (downloading and importing) and :mod:`bench.data.manage`
-(``python -m bench data …``).
+"""Datasets and their partitions over nodes: synthetic and bundled data (``synthetic``, ``leaf``,
+``digits``); real datasets read after checksum verification from the cache ``BENCH_DATA``
+(default ``~/.cache/bench``) — images in :mod:`bench.data.real`, Purchase-100, Texas-100 and
+Adult in :mod:`bench.data.tabular`, their files and checksums in :mod:`bench.data.sources`,
+finding, downloading and importing copies in :mod:`bench.data.cache`, :mod:`bench.data.ingest`
+and :mod:`bench.data.manage` (``python -m bench data …``); partitions
+(:mod:`bench.data.partition`); and node-local data stacked into padded tensors with
+reproducible per-node minibatches (:mod:`bench.data.stacked`).
 """
 
 from bench.data import digits, leaf, real, synthetic, tabular  # noqa: F401  (registers the datasets)

@@ -1,5 +1,9 @@
-"""Metrics of reconstructions and their normalization to leakage; importing the package
-registers every metric in :data:`METRICS`."""
+"""Metrics of reconstructions and their normalization to leakage: each module registers its
+metrics in :data:`METRICS` — image quality (SSIM, PSNR, LPIPS), labels, local models, vectors,
+the fraction of nodes reconstructed, success rates and membership inference — under the
+contract of :mod:`bench.metrics.base` (raw numbers from reconstructions and the truth, and the
+map of the headline number to a leakage in [0, 1]); importing the package registers them all.
+"""
 
 from bench.metrics import (  # noqa: F401  (registration)
     image,

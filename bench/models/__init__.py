@@ -1,32 +1,9 @@
-"""Model zoo: registered factories ``(input_shape, n_outputs, **params) -> nn.Module``.
-
-``n_outputs`` is the number of classes (0 for regression); binary ``logreg`` uses one logit.
-Every model cites its source and states its parameter count in its docstring
-(``tests/test_models.py`` checks the counts).
-
-================= ============================================================== ======
-name              model                                                          engine
-================= ============================================================== ======
-``logreg``        logistic regression (binary: one logit; multinomial)           yes
-``linear``        linear least squares                                           yes
-``mlp``           MLP, hidden (100,) by default (PDMM papers' attack model)      yes
-``purchase_fc``   Purchase/Texas FC 512-256-128-classes, tanh (Li et al.; TIFS)  yes
-``lenet_dlg``     DLG's sigmoid LeNet (Zhu et al. 2019)                          yes
-``lenet5``        LeNet-5 with ReLU and max-pooling (LeCun et al. 1998)          yes
-``convnet``       Geiping et al.'s ConvNet64, BatchNorm                          no
-``convnet_gn``    the same with GroupNorm                                        yes
-``vgg11_bn``      VGG-11 (configuration A) with BatchNorm, 32×32                 no
-``vgg11_gn``      the same with GroupNorm                                        yes
-``resnet20``      ResNet20 for CIFAR (He et al. 2016), BatchNorm                 no
-``resnet20_gn``   the same with GroupNorm                                        yes
-``alexnet_tifs``  AlexNet variant of the TIFS paper's code                       yes
-``shallow_cnn``   ≈ 225k-parameter CNN (Pasquini et al. App. D.1; our design)    yes
-================= ============================================================== ======
-
-"engine": buffer-free, so :class:`bench.simulation.flat.FlatModel` accepts it and the
-stacked-node engine evaluates it with ``functional_call`` under ``vmap`` over nodes. BatchNorm
-models keep running statistics in buffers and are not usable there
-(:func:`engine_compatible`, :func:`engine_alternative`); their ``_gn`` twins are.
+"""Model zoo: registered factories ``(input_shape, n_outputs, **params) -> nn.Module`` —
+regression and dense networks (``dense``), LeNets (``lenet``), plain CNNs (``cnn``), VGG-11
+(``vgg``) and ResNet20 (``resnet``), each citing its source and stating its parameter count
+(``tests/test_models.py`` checks them) — and :func:`build_model`, which refuses for the
+stacked-node engine the BatchNorm models it cannot evaluate and names their GroupNorm twins;
+:mod:`bench.models.base` holds the registry and the table of every model.
 """
 
 from __future__ import annotations

@@ -11,6 +11,29 @@ The stacked-node engine (:class:`bench.simulation.flat.FlatModel`) evaluates a m
 Models with BatchNorm keep running statistics in buffers; they are registered with
 :func:`register` and an ``engine_alternative`` (their GroupNorm twin), see
 :func:`engine_compatible`.
+
+The registered models (the submodules register them; binary ``logreg`` uses one logit), with
+whether the engine evaluates them ("engine": buffer-free; the BatchNorm models' ``_gn`` twins
+are, see :func:`engine_alternative`):
+
+================= ============================================================== ======
+name              model                                                          engine
+================= ============================================================== ======
+``logreg``        logistic regression (binary: one logit; multinomial)           yes
+``linear``        linear least squares                                           yes
+``mlp``           MLP, hidden (100,) by default (PDMM papers' attack model)      yes
+``purchase_fc``   Purchase/Texas FC 512-256-128-classes, tanh (Li et al.; TIFS)  yes
+``lenet_dlg``     DLG's sigmoid LeNet (Zhu et al. 2019)                          yes
+``lenet5``        LeNet-5 with ReLU and max-pooling (LeCun et al. 1998)          yes
+``convnet``       Geiping et al.'s ConvNet64, BatchNorm                          no
+``convnet_gn``    the same with GroupNorm                                        yes
+``vgg11_bn``      VGG-11 (configuration A) with BatchNorm, 32×32                 no
+``vgg11_gn``      the same with GroupNorm                                        yes
+``resnet20``      ResNet20 for CIFAR (He et al. 2016), BatchNorm                 no
+``resnet20_gn``   the same with GroupNorm                                        yes
+``alexnet_tifs``  AlexNet variant of the TIFS paper's code                       yes
+``shallow_cnn``   ≈ 225k-parameter CNN (Pasquini et al. App. D.1; our design)    yes
+================= ============================================================== ======
 """
 
 from __future__ import annotations

@@ -68,6 +68,12 @@ class DPSGD(_Gossiping):
         Step decay: the learning rate of round ``t`` is ``η γ^{#{m ∈ milestones : m ≤ t}}``
         (Pasquini et al. App. B: ×0.1 at rounds 200, 350 and 450 "to speed up consensus");
         public like ``η``, so an attacker follows it (:func:`lr_at`).
+
+    Hooks
+    -----
+    per_sample_gradients, local_gradients: each local step
+    local_update: the half-step model ``Θ_v^{t+½}``
+    wrap_aggregation: the mix ``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}``
     """
 
     def __init__(
@@ -165,6 +171,10 @@ class GossipAveraging(_Gossiping):
     ----------
     gossip_steps:
         Gossip steps per round (each is recorded as one message batch).
+
+    Hooks
+    -----
+    wrap_aggregation: the mix ``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}``
     """
 
     uses_data = False

@@ -189,6 +189,11 @@ class FedSGD(_Federated):
         Fraction of clients sampled per round.
     weighting:
         ``"uniform"`` or ``"samples"`` (``p_c ∝ n_c``).
+
+    Hooks
+    -----
+    per_sample_gradients, local_gradients: the client's gradient (its upload)
+    wrap_aggregation: the server's weighted mean ``Σ_c p_c m_c``
     """
 
     def __init__(
@@ -248,6 +253,12 @@ class FedAvg(_Federated):
     Each sampled client starts from ``θ(t)``, runs ``local_steps`` minibatch SGD steps (or
     ``local_epochs`` passes over its data in batches of ``batch_size``; full batch when
     ``batch_size=None``) and returns ``θ_c(t)``; the server sets ``θ(t+1) = Σ_c p_c θ_c(t)``.
+
+    Hooks
+    -----
+    per_sample_gradients, local_gradients: each local step
+    local_update: the local model ``θ_c(t)``
+    wrap_aggregation: the server's weighted mean ``Σ_c p_c m_c``
     """
 
     def __init__(

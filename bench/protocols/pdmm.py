@@ -119,6 +119,12 @@ class PDMM(Protocol):
         aggregation (whose contract hands it the ``z`` rows). ``"full"``: ``z`` as
         ``[2|E|, P]``. ``"auto"`` (default): lean whenever it applies. The two compute the same
         iterates (equal in exact arithmetic; the lean form accumulates ``a``).
+
+    Hooks
+    -----
+    per_sample_gradients, local_gradients: each solver step
+    local_update: the local solution ``w^(t)``
+    wrap_aggregation: the receivers' integration ``z ← z + Δz`` (or ``z`` as delivered)
     """
 
     def __init__(

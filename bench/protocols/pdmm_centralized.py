@@ -49,6 +49,12 @@ class CentralizedPDMM(_Federated):
     solver:
         ``exact`` (``exact_steps`` gradient steps of size ``1/(L + ρ)``) or ``gradient_step``
         (one step of size ``mu`` from the previous local model).
+
+    Hooks
+    -----
+    per_sample_gradients, local_gradients: each solver step
+    local_update: the local solution ``w_i^(t+1)``
+    wrap_aggregation: the server's average ``w_s = (1/N) Σ_i z_{i|s}``
     """
 
     def __init__(

@@ -1,7 +1,10 @@
-"""Vectorized simulation engine: stacked node state, channel, transcript, Lightning loop.
-
-``Simulation`` and ``SimulationConfig`` are imported lazily so that protocols can import the
-engine's building blocks (hooks, messages) without a cycle.
+"""Vectorized simulation engine: all nodes of a protocol as stacked tensors (``flat``,
+``run_data``, ``objective``, ``per_sample``); the channel every message passes through, with
+the defense's hooks and their checks (``channel``, ``messages``, ``hooks``, ``hook_contract``,
+``row_locality``, ``aggregation_log``, ``decoding``); the transcript of what the observers see
+(``transcript``); the Lightning round loop (``engine``, ``lightning``, ``config``); fused round
+kernels (``kernels``, ``mixing_op``); and utility and training-time metrics (``utility``,
+``metrics``, ``reference``).
 """
 
 from typing import Any
@@ -11,6 +14,8 @@ from bench.simulation.messages import SERVER, MessageBatch
 __all__ = ["SERVER", "MessageBatch", "Simulation", "SimulationConfig"]
 
 
+# ``Simulation`` and ``SimulationConfig`` are imported lazily so that protocols can import the
+# engine's building blocks (hooks, messages) without a cycle.
 def __getattr__(name: str) -> Any:
     if name == "Simulation":
         from bench.simulation.engine import Simulation

@@ -1,28 +1,9 @@
 """The hook points of the defense contract, and the active-adversary hook.
 
-Every protocol calls the same hooks at the same points of a round (the table below and
-``docs/architecture.md``); a defense overrides the ones it needs. Hooks run in the simulation
-process only, on stacked tensors of all (sampled) nodes at once.
-
-================================  =====================================================  ===========
-hook                              where                                                  protocols
-================================  =====================================================  ===========
-``per_sample_gradients``          per-sample gradients ``[n, B, P]`` of each gradient    every
-                                  evaluation, reduced to per-node gradients ``[n, P]``   protocol
-                                  (only when the defense sets ``per_sample = True``)     that trains
-``local_gradients``               per-node gradients ``[n, P]`` of the mean minibatch    same
-                                  loss, before they are used (every local step, inner
-                                  solver step and FedSGD upload)
-``local_update``                  a node's new local model ``[n, P]`` after its local    FedAvg,
-                                  training / solve, before anything derived from it      D-PSGD, PDMM,
-                                  is sent (with the model it started from)               centr. PDMM
-``outgoing``                      every message batch sent by *nodes* (clients), on      every
-                                  plaintext and secure channels alike; the server's
-                                  messages are not passed (it holds no data)
-``wrap_aggregation``              the rule by which receivers combine what was           every
-                                  delivered: ``aggregate(own, delivered) -> new``
-``should_stop``                   after every round                                      every
-================================  =====================================================  ===========
+Every protocol calls the same hooks at the same points of a round; a defense overrides the ones
+it needs. Hooks run in the simulation process only, on stacked tensors of all (sampled) nodes at
+once. Each hook's docstring says when it is called (``Called``) and what it returns
+(``Returns``); ``docs/hooks.md`` is the table generated from them (``python -m bench.site.docs``).
 
 A second hook point for *active adversaries* (:class:`AdversaryPolicy`) substitutes the
 messages of corrupt nodes after the defense ran (an attacker does not apply the defense).
@@ -39,7 +20,7 @@ import torch
 from bench.simulation.messages import MessageBatch
 
 #: ``aggregate(own, delivered) -> new``: how receivers combine the delivered messages with
-#: their own state (each protocol documents its rule; see :data:`HOOK_POINTS`).
+#: their own state (each protocol documents its rule in its ``Hooks`` section; ``docs/hooks.md``).
 Aggregator = Callable[[torch.Tensor, MessageBatch], torch.Tensor]
 
 #: the hook names of :class:`DefenseHooks` (what a protocol declares it calls)
@@ -123,31 +104,63 @@ class DefenseHooks:
     per_sample:
         Ask protocols for per-sample gradients (costs a second ``vmap`` per gradient
         evaluation), passed to :meth:`per_sample_gradients`.
+    weighted_per_sample:
+        The defense's reduction is a weighted sum with weights from the per-sample gradient
+        norms, ``per_sample_gradients(g) = sample_sum(Σ_j w_j g_j)``, ``w = sample_weights(‖g‖)``
+        (per-sample clipping): the engine may then compute it without forming ``g``
+        (``bench.simulation.per_sample``); the defense overrides the two parts, not the whole.
     """
 
     per_sample: ClassVar[bool] = False
-    #: The defense's reduction is a weighted sum with weights from the per-sample gradient
-    #: norms, ``per_sample_gradients(g) = sample_sum(Σ_j w_j g_j)``, ``w = sample_weights(‖g‖)``
-    #: (per-sample clipping): the engine may then compute it without forming ``g``
-    #: (``bench.simulation.per_sample``); the defense overrides the two parts, not the whole.
     weighted_per_sample: ClassVar[bool] = False
 
     def protocol_overrides(self, protocol: str) -> dict[str, Any]:
         """Protocol parameters the defense sets (e.g. PDMM's ``solver``/``k_max``), merged into the
         task's ``protocol_params`` before the protocol is built, so the protocol's own
-        validation applies. Never assign a protocol's attributes directly."""
+        validation applies. Never assign a protocol's attributes directly.
+
+        Called
+        ------
+        With the protocol's registered name: by the probe (the parent learns the run's real
+        parameters) and by the simulation before it builds the protocol.
+
+        Returns
+        -------
+        ``{parameter: value}``; default: empty.
+        """
         return {}
 
     def bind(self, run: RunInfo) -> None:
-        """Called once when the simulation is built, before the first round."""
+        """Told the run's public facts (:class:`RunInfo`: seed, sizes, protocol, message kinds,
+        batch plan, local set sizes, graph and mixing matrix) to plan noise and accounting.
+
+        Called
+        ------
+        Once, when the simulation is built, before the first round.
+
+        Returns
+        -------
+        Nothing (:class:`~bench.defenses_api.Defense` keeps ``run`` as ``self.run``).
+        """
 
     def per_sample_gradients(
         self, grads: torch.Tensor, mask: torch.Tensor, ctx: RoundContext
     ) -> torch.Tensor:
-        """Reduce per-sample gradients ``[n, B, P]`` (``mask [n, B]``: real samples) to per-node
-        gradients ``[n, P]``. Default: the masked mean ``Σ_j m_j g_j / max(1, Σ_j m_j)`` (the
-        gradient of the mean minibatch loss); with :attr:`weighted_per_sample`,
-        ``sample_sum(Σ_j w_j g_j, …)`` with ``w = sample_weights(‖g_j‖₂, …)``."""
+        """Reduce per-sample gradients ``grads [n, B, P]`` (``mask [n, B]``: real samples) to
+        per-node gradients.
+
+        Called
+        ------
+        At every gradient evaluation of a protocol that trains (each local step, each inner
+        solver step, each FedSGD upload), only when the defense sets ``per_sample = True``;
+        before :meth:`local_gradients`.
+
+        Returns
+        -------
+        ``[n, P]``. Default: the masked mean ``Σ_j m_j g_j / max(1, Σ_j m_j)`` (the gradient of
+        the mean minibatch loss); with :attr:`weighted_per_sample`, ``sample_sum(Σ_j w_j g_j, …)``
+        with ``w = sample_weights(‖g_j‖₂, …)``.
+        """
         if self.weighted_per_sample:
             weights = self.sample_weights(torch.linalg.vector_norm(grads, dim=-1), mask, ctx)
             return self.sample_sum(
@@ -157,35 +170,110 @@ class DefenseHooks:
         return torch.einsum("nb,nbp->np", w, grads) / w.sum(1, keepdim=True).clamp_min(1.0)
 
     def sample_weights(self, norms: torch.Tensor, mask: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """Weights ``[n, B]`` of the per-sample gradients from their L2 norms ``[n, B]`` (used
-        with :attr:`weighted_per_sample`). Default: the masked mean's ``m_j / max(1, Σ_j m_j)``."""
+        """Weigh the per-sample gradients by their L2 norms ``norms [n, B]`` (``mask [n, B]``),
+        the first part of a weighted per-sample reduction (e.g. clipping factors).
+
+        Called
+        ------
+        In place of :meth:`per_sample_gradients` when the defense sets ``per_sample`` and
+        :attr:`weighted_per_sample`; the engine may then never form the per-sample gradients.
+
+        Returns
+        -------
+        Weights ``[n, B]``. Default: the masked mean's ``m_j / max(1, Σ_j m_j)``.
+        """
         w = mask.to(norms.dtype)
         return w / w.sum(1, keepdim=True).clamp_min(1.0)
 
     def sample_sum(self, total: torch.Tensor, mask: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """The per-node gradients ``[n, P]`` from the weighted sums ``Σ_j w_j g_j`` (used with
-        :attr:`weighted_per_sample`; e.g. noise). Default: unchanged."""
+        """Turn the weighted sums ``total = Σ_j w_j g_j [n, P]`` into per-node gradients, the
+        second part of a weighted per-sample reduction (e.g. noise).
+
+        Called
+        ------
+        After :meth:`sample_weights`, with the same ``mask`` and ``ctx``.
+
+        Returns
+        -------
+        ``[n, P]``. Default: ``total`` unchanged.
+        """
         return total
 
     def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """Per-node gradients ``[n, P]`` before they are used (e.g. clipping, noise)."""
+        """Transform per-node gradients ``grads [n, P]`` of the mean minibatch loss before they
+        are used (e.g. clipping, noise).
+
+        Called
+        ------
+        At every gradient evaluation of a protocol that trains: each local step, each inner
+        solver step, each FedSGD upload (after :meth:`per_sample_gradients`, if used).
+
+        Returns
+        -------
+        ``[n, P]``. Default: ``grads`` unchanged.
+        """
         return grads
 
     def local_update(self, new: torch.Tensor, old: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """A node's model after local training ``new [n, P]``, from ``old [n, P]`` (e.g. clip
-        the update ``new − old``)."""
+        """Transform a node's model after local training, ``new [n, P]``, given the model it
+        started from, ``old [n, P]`` (e.g. clip the update ``new − old``).
+
+        Called
+        ------
+        After each round's local training or local solve, before anything derived from the
+        new model is sent.
+
+        Returns
+        -------
+        The model to continue with, ``[n, P]``. Default: ``new`` unchanged.
+        """
         return new
 
     def outgoing(self, msgs: MessageBatch, ctx: RoundContext) -> MessageBatch:
-        """Messages as they leave the nodes (e.g. noise, quantization, masking)."""
+        """Transform a batch of messages ``msgs`` as it leaves the nodes (e.g. noise,
+        quantization, masking).
+
+        Called
+        ------
+        On every batch of messages sent by nodes, plaintext or secure, before the active
+        adversary's substitution and the transcript; never on the server's messages (it holds
+        no data).
+
+        Returns
+        -------
+        A :class:`~bench.simulation.messages.MessageBatch` of the same kind, round and step with
+        one payload row per sender (the payload may be integers). Default: ``msgs`` unchanged.
+        """
         return msgs
 
     def wrap_aggregation(self, aggregate: Aggregator, ctx: RoundContext) -> Aggregator:
-        """Replace or wrap an aggregation rule (e.g. secure or robust aggregation)."""
+        """Replace or wrap the receivers' aggregation rule ``aggregate(own, delivered) -> new``
+        (e.g. secure or robust aggregation); it may use only the receivers' own states and what
+        was delivered (the channel audit recomputes it in a fresh process).
+
+        Called
+        ------
+        At every aggregation: the server's weighted mean (FedSGD, FedAvg, centralized PDMM),
+        the gossip mix ``W`` (D-PSGD, gossip averaging), PDMM's ``z ← z + Δz``.
+
+        Returns
+        -------
+        The rule to run instead; its output has ``own``'s shape (or one of its rows). Default:
+        ``aggregate`` unchanged.
+        """
         return aggregate
 
     def should_stop(self, ctx: RoundContext) -> bool:
-        """Whether training stops after this round (e.g. a round budget)."""
+        """Decide whether training stops (e.g. a round budget).
+
+        Called
+        ------
+        After every round.
+
+        Returns
+        -------
+        ``True`` to stop. Default: ``False``.
+        """
         return False
 
 

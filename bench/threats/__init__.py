@@ -1,4 +1,9 @@
-"""Threat models (adversary views): server, fl_user, neighbors, eavesdropper, active."""
+"""Threat models: observers that say which deliveries an adversary sees and build its serializable
+:class:`~bench.threats.view.View` — observed messages, the coalition's own data and states,
+running totals and declared public knowledge (``base``, ``view``) — for the honest-but-curious
+``server``, ``fl_user``, ``neighbors`` and ``eavesdropper`` and the deviating ``active``
+coalition; importing the package registers them all.
+"""
 
 from bench.threats import active, eavesdropper, fl_user, neighbors, server  # noqa: F401  (registration)
 from bench.threats.base import THREATS, Threat

@@ -1,12 +1,6 @@
-"""Communication topologies: graphs, gossip (mixing) matrices and their spectra.
-
-Usage::
-
-    from bench.topology import Topology
-
-    topo = Topology.build("torus", n=36, mixing="metropolis_hastings")
-    topo.neighbors(0)        # [1, 5, 6, 30]
-    topo.spectral_gap        # 1 - second largest eigenvalue modulus of topo.mixing
+"""Communication topologies: graphs (:mod:`bench.topology.graphs`, generators in ``deterministic``
+and ``random_graphs``), gossip (mixing) matrices and their spectra (:mod:`bench.topology.mixing`),
+and :class:`Topology`, a graph with its mixing matrix as the decentralized protocols use it.
 """
 
 from __future__ import annotations
@@ -46,6 +40,12 @@ __all__ = [
 @dataclass(frozen=True, eq=False)
 class Topology:
     """A communication graph together with its gossip matrix.
+
+    Usage::
+
+        topo = Topology.build("torus", n=36, mixing="metropolis_hastings")
+        topo.neighbors(0)        # [1, 5, 6, 30]
+        topo.spectral_gap        # 1 - second largest eigenvalue modulus of topo.mixing
 
     Attributes
     ----------
