@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -25,26 +24,10 @@ import pytest
 import yaml
 
 from bench.cli import main
+from tests.support import bench_root
+from tests.support.bench_root import REPO, evaluate_argv, run_evaluate, tiny_task
 
-REPO = Path(__file__).resolve().parent.parent
-
-TASK = {
-    "name": "tiny",
-    "simulation": {
-        "dataset": "two_gaussians",
-        "dataset_params": {"n_train": 8, "n_test": 50},
-        "partition": "fixed_size",
-        "partition_params": {"n_per_node": 1},
-        "model": "logreg",
-        "nodes": 8,
-        "protocol": "fedsgd",
-        "protocol_params": {"lr": 0.5},
-        "rounds": 4,
-        "eval_every": 2,
-    },
-    "utility": {"metric": "val_acc", "floor": 0.5},
-    "threats": [{"name": "server", "attacks": [{"name": "analytic_logreg", "params": {"rounds": [0]}}]}],
-}
+TASK = tiny_task(n_test=50, utility={"metric": "val_acc", "floor": 0.5})
 
 GOSSIP_TASK = {
     **TASK,
@@ -66,33 +49,12 @@ GOSSIP_TASK = {
 
 
 def make_root(tmp_path: Path, tasks: list[dict] | None = None, suites: dict | None = None) -> Path:
-    root = tmp_path / "root"
-    (root / "tasks").mkdir(parents=True, exist_ok=True)
-    if not (root / "defenses").exists():
-        shutil.copytree(
-            REPO / "defenses", root / "defenses", ignore=shutil.ignore_patterns("*.md", "__pycache__")
-        )
-    for task in tasks or [TASK]:
-        (root / "tasks" / f"{task['name']}.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
-    names = [t["name"] for t in tasks or [TASK]]
-    suites = suites or {"quick": {"tasks": names, "defenses": ["none"], "seeds": 1}}
-    (root / "tasks" / "suites.yaml").write_text(yaml.safe_dump(suites))
-    return root
+    """A root with ``tasks`` (default: the tiny task) and every committed defense."""
+    return bench_root.make_root(tmp_path, tasks or [TASK], suites, defenses=None)
 
 
 def evaluate(tmp_path: Path, root: Path, *extra: str, jobs: int = 1) -> int:
-    out = tmp_path / "out"
-    args = [
-        "evaluate",
-        "--root",
-        str(root),
-        "--out",
-        str(out),
-        "--site",
-        str(tmp_path / "site"),
-        "--no-progress",
-    ]
-    return main([*args, "--jobs", str(jobs), *extra])
+    return run_evaluate(root, tmp_path, "--jobs", str(jobs), *extra)
 
 
 def stored_rows(tmp_path: Path) -> int:
@@ -351,23 +313,8 @@ CLI_CASES: list[tuple[str, list[str], list[str]]] = [
 def test_a_bad_command_line_is_one_clear_error(tmp_path, capsys, case, extra, expected):
     root = make_root(tmp_path)
     jobs_given = "--jobs" in extra
-    assert (
-        main(
-            [
-                "evaluate",
-                "--root",
-                str(root),
-                "--out",
-                str(tmp_path / "out"),
-                "--site",
-                str(tmp_path / "site"),
-                "--no-progress",
-                *extra,
-            ]
-        )
-        if jobs_given
-        else evaluate(tmp_path, root, *extra)
-    ) == 2, case
+    code = run_evaluate(root, tmp_path, *extra) if jobs_given else evaluate(tmp_path, root, *extra)
+    assert code == 2, case
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
     for text in expected:
@@ -437,6 +384,7 @@ def test_a_broken_plugin_is_one_line_and_does_not_break_the_rest(tmp_path, capsy
     assert stored_rows(tmp_path) == 1
 
 
+@pytest.mark.slow
 def test_a_plugin_calling_sys_exit_does_not_end_list_silently(tmp_path):
     root = make_root(tmp_path)
     (root / "defenses" / "exits.py").write_text("import sys\nsys.exit(0)\n")
@@ -514,21 +462,8 @@ def _interrupt(
 ) -> tuple[subprocess.CompletedProcess, int]:
     task = {**TASK, "simulation": {**TASK["simulation"], "rounds": 3000, "eval_every": 1000}}
     root = make_root(tmp_path, [task], {"quick": {"tasks": ["tiny"], "defenses": ["none"], "seeds": 6}})
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench",
-        "evaluate",
-        "--root",
-        str(root),
-        "--out",
-        str(tmp_path / "out"),
-        "--site",
-        str(tmp_path / "site"),
-        "--no-progress",
-        "--jobs",
-        str(jobs),
-    ]
+    argv = evaluate_argv(root, tmp_path / "out", tmp_path / "site")
+    cmd = [sys.executable, "-m", "bench", *argv, "--no-progress", "--jobs", str(jobs)]
     proc = subprocess.Popen(
         cmd,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -549,6 +484,7 @@ def _interrupt(
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), stored_rows(tmp_path)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_evaluate_saying_what_is_saved(tmp_path):
     """Issue 39 item 9: SIGTERM is an interruption like Ctrl-C — the message says what is saved
     (it used to stop silently)."""
@@ -559,6 +495,7 @@ def test_sigterm_stops_evaluate_saying_what_is_saved(tmp_path):
     assert 1 <= rows < 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_ctrl_c_exits_130_saying_what_is_saved(tmp_path, jobs):
     done, rows = _interrupt(tmp_path, jobs, delay=0.3)
@@ -575,22 +512,12 @@ def test_ctrl_c_exits_130_saying_what_is_saved(tmp_path, jobs):
     assert stored_rows(tmp_path) == 6
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_first_job_saves_nothing_and_says_so(tmp_path):
     task = {**TASK, "simulation": {**TASK["simulation"], "rounds": 200000, "eval_every": 100000}}
     root = make_root(tmp_path, [task])
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench",
-        "evaluate",
-        "--root",
-        str(root),
-        "--out",
-        str(tmp_path / "out"),
-        "--site",
-        str(tmp_path / "site"),
-        "--no-progress",
-    ]
+    argv = evaluate_argv(root, tmp_path / "out", tmp_path / "site")
+    cmd = [sys.executable, "-m", "bench", *argv, "--no-progress"]
     proc = subprocess.Popen(
         cmd,
         env={**os.environ, "PYTHONPATH": str(REPO)},

@@ -11,29 +11,12 @@ from pathlib import Path
 
 import yaml
 
-from bench.cli import main
 from bench.results.code_digest import attack_modules, engine_digest
 from bench.results.store import ResultStore
 from bench.scoring import entry_table, superseded_versions
+from tests.support.bench_root import make_root, run_evaluate, tiny_task
 
-REPO = Path(__file__).resolve().parent.parent
-
-TASK = {
-    "name": "tiny",
-    "simulation": {
-        "dataset": "two_gaussians",
-        "dataset_params": {"n_train": 6, "n_test": 100},
-        "partition": "fixed_size",
-        "partition_params": {"n_per_node": 1},
-        "model": "logreg",
-        "nodes": 6,
-        "protocol": "fedsgd",
-        "protocol_params": {"lr": 0.5},
-        "rounds": 4,
-        "eval_every": 2,
-    },
-    "threats": [{"name": "server", "attacks": [{"name": "analytic_logreg", "params": {"rounds": [0]}}]}],
-}
+TASK = tiny_task(nodes=6)
 
 NOISE = """
 from bench.defenses_api import DEFENSES, Defense
@@ -47,20 +30,11 @@ class Scaled(Defense):
 
 
 def setup_root(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    (root / "tasks").mkdir(parents=True)
-    (root / "defenses").mkdir()
-    (root / "defenses" / "none.py").write_text((REPO / "defenses" / "none.py").read_text())
-    (root / "defenses" / "scaled.py").write_text(NOISE.format(factor=1.5))
-    (root / "tasks" / "tiny.yaml").write_text(yaml.safe_dump(TASK))
-    suites = {"quick": {"tasks": ["tiny"], "defenses": ["none", "scaled"], "seeds": 1}}
-    (root / "tasks" / "suites.yaml").write_text(yaml.safe_dump(suites))
-    return root
+    return make_root(tmp_path, [TASK], plugins={"scaled": NOISE.format(factor=1.5)})
 
 
 def evaluate(root: Path, tmp_path: Path, capsys) -> str:
-    args = ["evaluate", "--root", str(root), "--out", str(tmp_path / "out"), "--site", str(tmp_path / "site")]
-    assert main([*args, "--no-progress"]) == 0
+    assert run_evaluate(root, tmp_path) == 0
     return capsys.readouterr().out
 
 

@@ -5,86 +5,36 @@ hostile plugins, and checks that they get nothing and change no stored score:
 
 * attacks that walk the call stack or the garbage collector for the simulation, read
   knowledge the task declares private, or overwrite their View for the next attack
-  (``tests/hostile_plugins.py``);
+  (``tests/support/hostile_plugins.py``);
 * defenses that monkeypatch the metrics, the scorer or the store from the simulation process.
 """
 
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
-import hostile_plugins  # noqa: F401  (registers the hostile attacks in this process too)
 import pytest
 import torch
-import yaml
 
+import tests.support.hostile_plugins  # noqa: F401  (registers the hostile attacks in this process too)
 from bench.cli import main
 from bench.results.store import ResultStore
 from bench.simulation import Simulation
 from bench.threats import KnowledgeError, build_threat
-
-REPO = Path(__file__).resolve().parent.parent
-
-ANALYTIC = {"name": "analytic_logreg", "params": {"rounds": [0]}}
+from tests.support import bench_root
+from tests.support.bench_root import ANALYTIC
+from tests.support.bench_root import evaluated_store as evaluate
 
 
 def tiny_task(attacks: list[dict], public: list[str] | None = None) -> dict:
-    task = {
-        "name": "tiny",
-        "simulation": {
-            "dataset": "two_gaussians",
-            "dataset_params": {"n_train": 8, "n_test": 100},
-            "partition": "fixed_size",
-            "partition_params": {"n_per_node": 1},
-            "model": "logreg",
-            "nodes": 8,
-            "protocol": "fedsgd",
-            "protocol_params": {"lr": 0.5},
-            "rounds": 4,
-            "eval_every": 2,
-        },
-        "utility": {"metric": "val_acc"},
-        "threats": [{"name": "server", "attacks": attacks}],
-    }
-    if public is not None:
-        task["public"] = public
-    return task
+    extra = {} if public is None else {"public": public}
+    return bench_root.tiny_task(attacks=attacks, utility={"metric": "val_acc"}, **extra)
 
 
 def make_root(tmp_path: Path, task: dict, defenses: dict[str, str] | None = None) -> Path:
-    root = tmp_path / "root"
-    (root / "tasks").mkdir(parents=True)
-    (root / "defenses").mkdir()
-    (root / "defenses" / "none.py").write_text((REPO / "defenses" / "none.py").read_text())
-    for name, source in (defenses or {}).items():
-        (root / "defenses" / f"{name}.py").write_text(textwrap.dedent(source))
-    (root / "tasks" / "tiny.yaml").write_text(yaml.safe_dump(task))
-    names = ["none", *(defenses or {})]
-    (root / "tasks" / "suites.yaml").write_text(
-        yaml.safe_dump({"quick": {"tasks": ["tiny"], "defenses": names, "seeds": 1}})
-    )
-    return root
-
-
-def evaluate(root: Path, tmp_path: Path, *extra: str) -> ResultStore:
-    out = tmp_path / "out"
-    code = main(
-        [
-            "evaluate",
-            "--root",
-            str(root),
-            "--out",
-            str(out),
-            "--site",
-            str(tmp_path / "site"),
-            "--no-progress",
-            *extra,
-        ]
-    )
-    assert code == 0
-    return ResultStore(str(out / "results.sqlite"))
+    """A root with ``task``, the ``none`` defense and the plugins ``defenses`` (name → source)."""
+    return bench_root.make_root(tmp_path, [task], plugins=defenses)
 
 
 def outcomes(store: ResultStore, defense: str = "none") -> dict[str, object]:

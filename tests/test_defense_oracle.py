@@ -342,6 +342,7 @@ class Halve(Defense):
         o.handle(_query(o, 2, 3))
 
 
+@pytest.mark.slow
 def test_the_generic_variant_is_as_strong_as_the_name_keyed_one(tmp_path, monkeypatch):
     """On the quick track of gradient inversion under FedSGD, wherever a name-keyed ``+adaptive`` variant and
     the generic ``+oracle`` variant both run against top-k, quantization, message noise and

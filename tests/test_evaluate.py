@@ -12,58 +12,24 @@ from pathlib import Path
 import pytest
 import yaml
 
+import tests.support.bench_root as support
 from bench.catalog import Catalog, bench_root
 from bench.cli import main
 from bench.errors import BenchInputError
 from bench.results.store import ResultStore
 from bench.runner.planning import build_attacks
+from tests.support.bench_root import REPO, TINY_LOGREG, diverging_task, run_evaluate
 
-REPO = Path(__file__).resolve().parent.parent
-
-LOGREG_TASK = {
-    "name": "tiny_logreg",
-    "description": "tiny analytic-inversion task for tests",
-    "simulation": {
-        "dataset": "two_gaussians",
-        "dataset_params": {"n_train": 12, "n_test": 200},
-        "partition": "fixed_size",
-        "partition_params": {"n_per_node": 1},
-        "model": "logreg",
-        "nodes": 12,
-        "protocol": "fedsgd",
-        "protocol_params": {"lr": 0.5},
-        "rounds": 20,
-        "eval_every": 10,
-    },
-    "utility": {"metric": "val_acc", "floor": 0.6},
-    "threats": [{"name": "server", "attacks": [{"name": "analytic_logreg", "params": {"rounds": [0]}}]}],
-}
+LOGREG_TASK = TINY_LOGREG
 
 
-def make_root(tmp_path: Path, tasks: dict[str, dict], suites: dict) -> Path:
-    root = tmp_path / "root"
-    (root / "tasks").mkdir(parents=True)
-    shutil.copytree(REPO / "defenses", root / "defenses")
-    for name, body in tasks.items():
-        (root / "tasks" / f"{name}.yaml").write_text(yaml.safe_dump(body))
-    (root / "tasks" / "suites.yaml").write_text(yaml.safe_dump(suites))
-    return root
+def make_root(tmp_path: Path, tasks: list[dict], suites: dict) -> Path:
+    """A root with ``tasks`` and every committed defense."""
+    return support.make_root(tmp_path, tasks, suites, defenses=None)
 
 
 def evaluate(root: Path, tmp_path: Path, *extra: str) -> int:
-    return main(
-        [
-            "evaluate",
-            "--root",
-            str(root),
-            "--out",
-            str(tmp_path / "out"),
-            "--site",
-            str(tmp_path / "site"),
-            "--no-progress",
-            *extra,
-        ]
-    )
+    return run_evaluate(root, tmp_path, *extra)
 
 
 def test_repository_tasks_and_suites_validate():
@@ -157,7 +123,7 @@ def test_list_tasks_suites_attacks_defenses(capsys):
 def test_task_spec_errors_name_the_field(tmp_path, capsys, mutate, expected):
     task = yaml.safe_load(yaml.safe_dump(LOGREG_TASK))
     mutate(task)
-    root = make_root(tmp_path, {"tiny_logreg": task}, {"quick": {"tasks": ["tiny_logreg"]}})
+    root = make_root(tmp_path, [task], {"quick": {"tasks": ["tiny_logreg"]}})
     assert evaluate(root, tmp_path) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
@@ -166,7 +132,7 @@ def test_task_spec_errors_name_the_field(tmp_path, capsys, mutate, expected):
 
 
 def test_malformed_yaml_and_unknown_names(tmp_path, capsys):
-    root = make_root(tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"]}})
+    root = make_root(tmp_path, [LOGREG_TASK], {"quick": {"tasks": ["tiny_logreg"]}})
     (root / "tasks" / "broken.yaml").write_text("name: broken\nsimulation: {nodes: [1, 2\n")
     assert evaluate(root, tmp_path, "--task", "broken") == 2
     assert "malformed YAML at line" in capsys.readouterr().err
@@ -191,7 +157,7 @@ def test_malformed_yaml_and_unknown_names(tmp_path, capsys):
 def test_unknown_attack_and_wrong_threat_are_input_errors(tmp_path, capsys):
     bad_attack = yaml.safe_load(yaml.safe_dump(LOGREG_TASK))
     bad_attack["threats"][0]["attacks"][0]["name"] = "telepathy"
-    root = make_root(tmp_path, {"tiny_logreg": bad_attack}, {"quick": {"tasks": ["tiny_logreg"]}})
+    root = make_root(tmp_path, [bad_attack], {"quick": {"tasks": ["tiny_logreg"]}})
     assert evaluate(root, tmp_path) == 2
     err = capsys.readouterr().err
     assert "attack.name" in err and "dlg" in err
@@ -203,24 +169,15 @@ def test_unknown_attack_and_wrong_threat_are_input_errors(tmp_path, capsys):
 
 
 def test_debug_flag_shows_traceback(tmp_path):
-    root = make_root(tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"]}})
+    root = make_root(tmp_path, [LOGREG_TASK], {"quick": {"tasks": ["tiny_logreg"]}})
     with pytest.raises(BenchInputError):
         main(["--debug", "evaluate", "--root", str(root), "--task", "nope", "--no-progress"])
 
 
 def test_diverging_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, capsys):
-    diverging = yaml.safe_load(yaml.safe_dump(LOGREG_TASK))
-    diverging["name"] = "diverging"
-    diverging["simulation"].update(
-        dataset="linear_regression",
-        model="linear",
-        dataset_params={"n_train": 12, "dim": 3},
-        protocol_params={"lr": 1e6},
-    )
-    diverging["utility"] = {"metric": "val_loss", "higher_is_better": False}
     root = make_root(
         tmp_path,
-        {"tiny_logreg": LOGREG_TASK, "diverging": diverging},
+        [LOGREG_TASK, diverging_task()],
         {"quick": {"tasks": ["diverging", "tiny_logreg"], "seeds": 1}},
     )
     assert evaluate(root, tmp_path) == 0
@@ -237,10 +194,11 @@ def test_diverging_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, cap
     assert "0 jobs run, 2 already in the store" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path):
     root = make_root(
         tmp_path,
-        {"tiny_logreg": LOGREG_TASK},
+        [LOGREG_TASK],
         {
             "quick": {
                 "tasks": ["tiny_logreg"],
@@ -293,6 +251,7 @@ def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path):
     assert all(n == 1 for (n,) in per_job) and len(per_job) == 12
 
 
+@pytest.mark.slow
 def test_ranking_reflects_noise_on_digits_fedsgd(tmp_path, capsys):
     """Acceptance: undefended DLG reaches mean SSIM >= 0.8 at batch size 1; large noise drives
     leakage down and privacy up while utility falls; the ranking shows it."""

@@ -5,37 +5,30 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
-import yaml
 from sqlalchemy import create_engine
-from test_evaluate import LOGREG_TASK, evaluate, make_root
 
 import bench.results.store as store_module
 from bench.results import spool
 from bench.results.spool import spool_dir
 from bench.results.store import ResultStore, RetryPolicy
+from tests.support.bench_root import TINY_LOGREG as LOGREG_TASK
+from tests.support.bench_root import diverging_task, make_root
+from tests.support.bench_root import run_evaluate as evaluate
 
 PASSWORD = "pw-5f3a9c"
 
 
-def _diverging(name: str) -> dict:
-    task = yaml.safe_load(yaml.safe_dump(LOGREG_TASK))
-    task["name"] = name
-    task["simulation"].update(
-        dataset="linear_regression",
-        model="linear",
-        dataset_params={"n_train": 12, "dim": 3},
-        protocol_params={"lr": 1e6},
-    )
-    task["utility"] = {"metric": "val_loss", "higher_is_better": False}
-    return task
+def logreg_root(tmp_path: Path, seeds: int = 1) -> Path:
+    """A root with the tiny logistic-regression task, run over ``seeds`` seeds, and every defense."""
+    suites = {"quick": {"tasks": ["tiny_logreg"], "seeds": seeds}}
+    return make_root(tmp_path, [LOGREG_TASK], suites, defenses=None)
 
 
 def test_a_locked_store_keeps_the_result_and_the_next_run_stores_it(tmp_path, capsys, monkeypatch):
-    root = make_root(
-        tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"], "seeds": 1}}
-    )
+    root = logreg_root(tmp_path)
     db = tmp_path / "out" / "results.sqlite"
     ResultStore(str(db)).close()
     delays: list[float] = []
@@ -69,9 +62,7 @@ def test_a_forged_spool_file_is_not_the_baseline_and_its_job_runs(tmp_path, caps
     """Issue 39 item 3: the undefended baseline's result, written by hand into the spool with
     privacy 1.0, used to be stored as is and shown; it is moved aside with a warning now, and the
     job runs."""
-    root = make_root(
-        tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"], "seeds": 1}}
-    )
+    root = logreg_root(tmp_path)
     assert evaluate(root, tmp_path / "first") == 0
     [real] = ResultStore(str(tmp_path / "first" / "out" / "results.sqlite")).results()
     forged = real.to_dict() | {"privacy": dict.fromkeys(real.privacy, 1.0)}
@@ -92,9 +83,7 @@ def test_a_forged_spool_file_is_not_the_baseline_and_its_job_runs(tmp_path, caps
 def test_with_jobs_running_at_once_no_finished_result_is_lost(tmp_path, capsys, monkeypatch):
     """``--jobs 2``: when the store fails, the results of jobs still running are kept as they
     finish and no new job starts; the next run stores what was kept and runs only the rest."""
-    root = make_root(
-        tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"], "seeds": 3}}
-    )
+    root = logreg_root(tmp_path, seeds=3)
     db = tmp_path / "out" / "results.sqlite"
     ResultStore(str(db)).close()
     monkeypatch.setattr(store_module, "DEFAULT_RETRY", RetryPolicy((0.0,), lambda s: None))
@@ -122,9 +111,7 @@ def test_with_jobs_running_at_once_no_finished_result_is_lost(tmp_path, capsys, 
 
 
 def test_the_store_password_is_never_written(tmp_path, capsys, monkeypatch):
-    root = make_root(
-        tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"], "seeds": 1}}
-    )
+    root = logreg_root(tmp_path)
     for url, expected in (
         (f"postgresql://bench:{PASSWORD}@127.0.0.1:1/bench", "'postgresql://bench:***@127.0.0.1:1/bench'"),
         (f"postgresql://bench:{PASSWORD}@db:port/bench", "malformed database URL"),
@@ -153,9 +140,7 @@ def test_the_store_password_is_never_written(tmp_path, capsys, monkeypatch):
 
 
 def test_another_applications_database_is_refused_untouched(tmp_path, capsys):
-    root = make_root(
-        tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"], "seeds": 1}}
-    )
+    root = logreg_root(tmp_path)
     app = tmp_path / "app.db"
     with sqlite3.connect(app) as con:
         con.execute("create table invoices (id integer primary key, total real)")
@@ -169,12 +154,9 @@ def test_another_applications_database_is_refused_untouched(tmp_path, capsys):
 def test_retry_failed_reruns_the_selected_failed_jobs_and_the_reason_shows(tmp_path, capsys):
     root = make_root(
         tmp_path,
-        {
-            "tiny_logreg": LOGREG_TASK,
-            "diverging": _diverging("diverging"),
-            "diverging2": _diverging("diverging2"),
-        },
+        [LOGREG_TASK, diverging_task("diverging"), diverging_task("diverging2")],
         {"quick": {"tasks": ["diverging", "diverging2", "tiny_logreg"], "seeds": 1}},
+        defenses=None,
     )
     assert evaluate(root, tmp_path) == 0
     out = capsys.readouterr().out
@@ -204,9 +186,7 @@ def test_retry_failed_reruns_the_selected_failed_jobs_and_the_reason_shows(tmp_p
 
 @pytest.mark.parametrize("flag", [[], ["--retry-failed"]])
 def test_retry_failed_with_nothing_failed(tmp_path, capsys, flag):
-    root = make_root(
-        tmp_path, {"tiny_logreg": LOGREG_TASK}, {"quick": {"tasks": ["tiny_logreg"], "seeds": 1}}
-    )
+    root = logreg_root(tmp_path)
     assert evaluate(root, tmp_path) == 0
     capsys.readouterr()
     assert evaluate(root, tmp_path, *flag) == 0

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from result_samples import job
 from torchvision.utils import save_image
 
 from bench.leaderboard.gallery import worst_grids
 from bench.results.store import ResultStore
+from tests.support.result_samples import job
 
 
 def grid(path: Path, value: float) -> bytes:
@@ -53,6 +53,7 @@ def bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_export_validate_build_with_images(run: tuple[list, Path], tmp_path: Path) -> None:
     jobs, out = run
     store = tmp_path / "runs" / "results.sqlite"
@@ -95,6 +96,7 @@ def test_png_size_is_read_for_the_img_box() -> None:
     assert _png_size(buf.getvalue()) == (3 * 8 + 4 * 2, 8 + 2 * 2)
 
 
+@pytest.mark.slow
 def test_a_symlinked_non_png_or_huge_image_is_refused(run: tuple[list, Path], tmp_path: Path) -> None:
     """Issue 39 item 7: a gallery image that is a symbolic link (``build`` would copy its target
     into the public site), not a PNG, or 100 000 pixels a side is an input error naming it."""

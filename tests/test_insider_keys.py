@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_containment import evaluate, make_root, tiny_task
 
 from bench.simulation import Simulation
 from bench.simulation.hooks import DefenseHooks
 from bench.simulation.messages import SERVER
 from bench.threats import build_threat
+from tests.support.bench_root import evaluated_store, make_root, tiny_task
 
 _SECRET = """
 import torch
@@ -97,13 +97,15 @@ GOSSIP = {
     ],
 }
 
-FEDSGD = tiny_task([{"name": "analytic_logreg", "params": {"rounds": [0, 1]}}])
+FEDSGD = tiny_task(
+    attacks=[{"name": "analytic_logreg", "params": {"rounds": [0, 1]}}], utility={"metric": "val_acc"}
+)
 
 
 @pytest.mark.parametrize("task", [FEDSGD, GOSSIP], ids=["fedsgd_server", "gossip_neighbors"])
 def test_a_secret_every_node_holds_earns_no_privacy_against_a_participant(tmp_path, task):
-    root = make_root(tmp_path, task, {name: _plugin(name) for name in TRANSFORMS})
-    store = evaluate(root, tmp_path)
+    root = make_root(tmp_path, [task], plugins={name: _plugin(name) for name in TRANSFORMS})
+    store = evaluated_store(root, tmp_path)
     results = {r.defense: r for r in store.results()}
     (threat,) = results["none"].privacy
     baseline = results["none"].privacy[threat]

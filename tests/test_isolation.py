@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-import isolation_targets as targets
 import pytest
 
 from bench.errors import BenchInputError
 from bench.runner import isolation
+from tests.support import isolation_targets as targets
 
 
 def test_a_child_answers_with_plain_data():

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from result_samples import sample_results
 
 from bench.errors import BenchInputError
 from bench.leaderboard import files
 from bench.leaderboard.entry import Entry, defense_id, schema_json
 from bench.results.store import ResultStore
+from tests.support.result_samples import sample_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,6 +53,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_export_validate_build(tmp_path):
     """export → validate → build (twice: the same page); an edited number, an unknown field and
     malformed JSON fail validation with exit code 2 and a message naming the file."""

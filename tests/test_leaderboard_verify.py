@@ -61,12 +61,14 @@ def copy_to(tmp_path: Path, text: str, source: Path | None = None) -> Path:
     return target
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_verify_reproduces_an_exported_entry(entry_file: Path) -> None:
     out = bench("leaderboard", "verify", "--entry", str(entry_file))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 jobs re-run and reproduced" in out.stdout and "1 of 1 entries verified" in out.stdout
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_a_hand_edited_number_fails(entry_file: Path, tmp_path: Path) -> None:
     """One per-seed number edited: validate's recomputed aggregates disagree (exit 2). Edited
     together with the aggregates it feeds: the re-run disagrees (exit 1), naming both numbers."""
@@ -87,6 +89,7 @@ def test_a_hand_edited_number_fails(entry_file: Path, tmp_path: Path) -> None:
     assert "note:" not in forged.stdout  # made on this kind of machine: no excuse offered
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_a_mismatch_on_another_kind_of_machine_says_so(entry_file: Path, tmp_path: Path) -> None:
     """An entry recorded on another CPU type whose numbers the re-run does not reproduce still
     fails (a stated machine is no licence), with a note naming both machines; one whose numbers
@@ -107,6 +110,7 @@ def test_a_mismatch_on_another_kind_of_machine_says_so(entry_file: Path, tmp_pat
     assert "cpu Another CPU" in out.stdout and f"cpu {here}" in out.stdout
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_an_entry_of_other_code_is_stale(entry_file: Path, tmp_path: Path) -> None:
     entry = Entry.model_validate_json(entry_file.read_text())
     for job in entry.jobs:
@@ -116,6 +120,7 @@ def test_an_entry_of_other_code_is_stale(entry_file: Path, tmp_path: Path) -> No
     assert out.returncode == 1 and "STALE" in out.stdout and "export the entry again" in out.stdout
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_record_writes_the_status(entry_file: Path, tmp_path: Path) -> None:
     """``--record`` names the check, the commit it ran (``+uncommitted`` from a checkout with
     uncommitted changes, which only ``--allow-uncommitted`` accepts) and the machine."""
@@ -135,6 +140,7 @@ def test_record_writes_the_status(entry_file: Path, tmp_path: Path) -> None:
     assert bench("leaderboard", "validate", "--entry", str(target)).returncode == 0
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_seed_choice_is_fixed_and_spread(entry_file: Path) -> None:
     entry = Entry.model_validate_json(entry_file.read_text())
     first = [(j.task, j.seed) for j in chosen_jobs(entry)]
@@ -148,6 +154,7 @@ def test_seed_choice_is_fixed_and_spread(entry_file: Path) -> None:
     assert seeds == {0, 1}
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_compare_jobs_names_every_differing_number(entry_file: Path) -> None:
     entry = Entry.model_validate_json(entry_file.read_text())
     job = entry.jobs[0]
@@ -176,6 +183,7 @@ def test_bad_options_are_input_errors(tmp_path: Path) -> None:
     assert out.returncode == 2 and "--changed-since" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_export_of_a_rerun_changes_no_file(entry_file: Path, tmp_path: Path) -> None:
     """The suite re-run from scratch (a new store) and exported over the entry: the file is left
     byte for byte (its results reproduced); an entry of other results is rewritten."""
@@ -225,6 +233,7 @@ def rerun(entry: Entry, cpu: str | None = None, shift: float = 0.0) -> list:
     return results
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_a_rerun_on_another_kind_of_machine_keeps_the_entry(entry_file: Path, tmp_path: Path) -> None:
     """Export over an entry of the same jobs: numbers that differ on the machine that made the
     entry rewrite it (they should have reproduced); the same difference from another CPU type
@@ -257,6 +266,7 @@ def test_a_rerun_on_another_kind_of_machine_keeps_the_entry(entry_file: Path, tm
     assert load_entry(path).hardware["cpu"] == "Another CPU"
 
 
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_hardware_is_compared_on_the_fields_both_entries_record(entry_file: Path) -> None:
     entry = load_entry(entry_file)
     known = {"device": "cpu", "cpu": "A", "isa": "AVX2", "torch": "2.14.1"}

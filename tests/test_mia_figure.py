@@ -17,7 +17,7 @@ from bench.metrics.base import DataInfo, Truth
 from bench.metrics.membership import MembershipAUC
 from bench.results.record import AttackOutcome, JobResult
 from bench.site.mia_figure import membership_figures
-from tests.result_samples import job
+from tests.support.result_samples import job
 
 ROUNDS = (10, 50)
 

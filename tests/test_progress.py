@@ -13,68 +13,23 @@ import sys
 import termios
 from pathlib import Path
 
-import yaml
+from tests.support import bench_root
+from tests.support.bench_root import REPO, evaluate_argv, tiny_task
 
-REPO = Path(__file__).resolve().parent.parent
-
-TASK = {
-    "name": "tiny",
-    "simulation": {
-        "dataset": "two_gaussians",
-        "dataset_params": {"n_train": 6, "n_test": 50},
-        "partition": "fixed_size",
-        "partition_params": {"n_per_node": 1},
-        "model": "logreg",
-        "nodes": 6,
-        "protocol": "fedsgd",
-        "rounds": 30,
-        "eval_every": 10,
-    },
-    "threats": [{"name": "server", "attacks": [{"name": "analytic_logreg", "params": {"rounds": [0]}}]}],
-}
+TASK = tiny_task(nodes=6, n_test=50, lr=None, rounds=30, eval_every=10)
 
 
 def make_root(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    (root / "tasks").mkdir(parents=True, exist_ok=True)
-    (root / "defenses").mkdir(exist_ok=True)
-    (root / "defenses" / "none.py").write_text((REPO / "defenses" / "none.py").read_text())
-    (root / "tasks" / "tiny.yaml").write_text(yaml.safe_dump(TASK))
-    (root / "tasks" / "suites.yaml").write_text(yaml.safe_dump({"quick": {"tasks": ["tiny"], "seeds": 2}}))
-    return root
+    return bench_root.make_root(tmp_path, [TASK], {"quick": {"tasks": ["tiny"], "seeds": 2}})
 
 
 def command(tmp_path: Path, root: Path, name: str) -> list[str]:
     out = tmp_path / name
-    return [
-        sys.executable,
-        "-m",
-        "bench",
-        "evaluate",
-        "--root",
-        str(root),
-        "--out",
-        str(out),
-        "--site",
-        str(out / "site"),
-    ]
+    return [sys.executable, "-m", "bench", *evaluate_argv(root, out, out / "site")]
 
 
 def run(tmp_path: Path, *extra: str) -> str:
-    root = make_root(tmp_path)
-    out = tmp_path / f"out{len(extra)}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench",
-        "evaluate",
-        "--root",
-        str(root),
-        "--out",
-        str(out),
-        "--site",
-        str(out / "site"),
-    ]
+    cmd = command(tmp_path, make_root(tmp_path), f"out{len(extra)}")
     done = subprocess.run(
         [*cmd, *extra],
         env={**os.environ, "PYTHONPATH": str(REPO)},

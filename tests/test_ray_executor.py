@@ -22,6 +22,8 @@ from bench.specs import DefenseSpec
 
 ray = pytest.importorskip("ray", reason="the ray package is in the dev extra; .ci/run installs it")
 
+pytestmark = pytest.mark.slow  # real sweeps on a local Ray cluster, or `python -m bench` subprocesses
+
 TASKS = ["gaussians_logreg_fedsgd", "digits_mlp_fedsgd"]
 SWEEP = [
     *(a for t in TASKS for a in ("--task", t)),

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from result_samples import job
 
 import bench.simulation.reference as reference_mod
 from bench.catalog import Catalog, bench_root
@@ -30,6 +29,7 @@ from bench.results.reference import (
 from bench.runner.truth import RunDataCache, Scorer
 from bench.scoring import entry_table
 from bench.simulation.reference import step_budget
+from tests.support.result_samples import job
 
 ROOT = bench_root(None)
 ONLY = {"reference": None, "floor_fraction": None, "attack_only": "why"}

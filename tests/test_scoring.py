@@ -6,11 +6,11 @@ import math
 
 import pandas as pd
 import pytest
-from result_samples import job, sample_results
 
 from bench.results.record import AttackOutcome
 from bench.scoring import entry_table, pareto_front, privacy_score, tables_by_track
 from bench.site.text import format_epsilon, format_table
+from tests.support.result_samples import job, sample_results
 
 APPROX = {"abs": 1e-12}
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from result_samples import job, sample_results
 
 from bench.results.record import JobResult
 from bench.scoring import entry_table, tables_by_track
 from bench.site import render_index, write_site
+from tests.support.result_samples import job, sample_results
 
 EVIL = "<script>alert(1)</script>"
 EVIL_TASK = 'img"><b>task'

@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from site_fixtures import (
+
+from bench.site.entry_page import safe_url
+from bench.site.plots import privacy_utility_svg
+from bench.site.render import wrap_name
+from tests.support.site_fixtures import (
     ENTRIES,
     HOSTILE_CLAIM,
     HOSTILE_DESCRIPTION,
@@ -19,10 +23,6 @@ from site_fixtures import (
     HOSTILE_PAPER,
     build_site,
 )
-
-from bench.site.entry_page import safe_url
-from bench.site.plots import privacy_utility_svg
-from bench.site.render import wrap_name
 
 
 class Tags(HTMLParser):

@@ -17,15 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
-from pg_server import binaries, postgres_server
 
 from bench.results.store import ResultStore
+from tests.support.pg_server import binaries, postgres_server
 
 TESTS = Path(__file__).resolve().parent
 
 WRITER = """
 import sys, time
-from result_samples import job
+from tests.support.result_samples import job
 from bench.results.store import ResultStore
 url, first, last, pause = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 written = 0
@@ -108,8 +108,9 @@ def pg_db(pg_url: str) -> str:
     return pg_url
 
 
+@pytest.mark.postgres
 def test_postgres_schema_from_scratch_and_round_trip(pg_db: str) -> None:
-    from result_samples import sample_results
+    from tests.support.result_samples import sample_results
 
     results = sample_results()
     with ResultStore(pg_db) as store:
@@ -125,14 +126,18 @@ def test_postgres_schema_from_scratch_and_round_trip(pg_db: str) -> None:
         ]
 
 
+@pytest.mark.postgres
 def test_postgres_two_writing_processes(pg_db: str) -> None:
     concurrent_writers_store_each_job_once(pg_db)
 
 
+@pytest.mark.postgres
 def test_postgres_killed_writer(pg_db: str) -> None:
     a_killed_writer_resumes(pg_db)
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_evaluate_on_postgres(pg_db: str, tmp_path: Path) -> None:
     def evaluate() -> subprocess.CompletedProcess:
         args = ["evaluate", "--suite", "quick", "--task", "gaussians_logreg_fedsgd", "--defense", "none"]

@@ -8,7 +8,6 @@ import math
 import sqlite3
 from pathlib import Path
 
-import isolation_targets as targets
 import pytest
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
@@ -30,6 +29,7 @@ from bench.results.spool import (
 from bench.results.store import ResultStore, RetryPolicy, StoreWriteError
 from bench.results.store_url import MASK, redact
 from bench.runner import isolation, sandbox
+from tests.support import isolation_targets as targets
 
 SECRET = "secret"
 

@@ -1,6 +1,6 @@
 """The built leaderboard page in a real browser: Playwright driving Debian's Chromium.
 
-The site is built once from the committed entries plus a hostile entry (tests/site_fixtures.py)
+The site is built once from the committed entries plus a hostile entry (tests/support/site_fixtures.py)
 and opened from disk. Checked: no console error (a CSP violation is one), sorting and filtering
 change the rows and tracks as the controls say, an entry page opens from the table, every image
 and plot renders, and the hostile strings never run. A screenshot of each page is saved under
@@ -18,7 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from site_fixtures import build_site
+
+from tests.support.site_fixtures import build_site
+
+pytestmark = pytest.mark.browser
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from result_samples import sample_results
 
 from bench import cli
 from bench.defense_source import (
@@ -33,6 +32,7 @@ from bench.leaderboard.verify import VerifyReport
 from bench.results import provenance
 from bench.results.store import ResultStore
 from bench.site.entry_page import source_line, verification_line
+from tests.support.result_samples import sample_results
 
 REPO = Path(__file__).resolve().parents[2]
 SUMMARY = "A test defense that changes nothing. It is aimed at no adversary."

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.catalog import Catalog
 from bench.leaderboard import files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENTRIES = ROOT / "leaderboard" / "entries"
 
 #: strings an entry controls, each trying to run code on the page
