@@ -54,7 +54,7 @@ def decorated_names(folder: Path, decorator: str) -> dict[str, str]:
 
 def test_every_decorated_attack_is_registered_from_its_module():
     found = decorated_names(REPO / "bench" / "attacks", "ATTACKS.register")
-    # the package's own (tests register hostile attacks of their own: tests/hostile_plugins.py)
+    # the package's own (tests register hostile attacks of their own: tests/support/hostile_plugins.py)
     ours = {n: a for n, a in ATTACKS.items() if a.__module__.startswith("bench.attacks.")}
     assert found and set(ours) == set(found)
     for name, attack in ours.items():
