@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pytorch_lightning.callbacks import Callback, EarlyStopping
 
-from bench.defenses_api import DEFENSES, Defense
-from bench.errors import require, require_number, require_positive_int
-from bench.simulation.hooks import RoundContext
+from bench.defense.plugin import DEFENSES, Defense
+from bench.core.errors import require, require_number, require_positive_int
+from bench.defense.hooks import RoundContext
 
 
 @DEFENSES.register("early_stopping", "stop training after max_rounds rounds or when val_acc stops improving")

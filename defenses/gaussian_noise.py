@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bench.defenses_api import DEFENSES, Defense, check_kinds, kinds_reason
-from bench.errors import require_number
-from bench.simulation.hooks import RoundContext
+from bench.defense.plugin import DEFENSES, Defense, check_kinds, kinds_reason
+from bench.core.errors import require_number
+from bench.defense.hooks import RoundContext
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:

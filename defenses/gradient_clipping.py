@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 import torch
 
-from bench.defense_ops import RowwiseDefense, clip_rows, clip_scale
-from bench.defenses_api import DEFENSES
-from bench.errors import require, require_number
-from bench.simulation.hooks import RoundContext
+from bench.defense.rowwise import RowwiseDefense, clip_rows, clip_scale
+from bench.defense.plugin import DEFENSES
+from bench.core.errors import require, require_number
+from bench.defense.hooks import RoundContext
 
 
 @DEFENSES.register(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bench.defenses_api import ALL_THREATS, DEFENSES, Defense
+from bench.defense.plugin import ALL_THREATS, DEFENSES, Defense
 
 if TYPE_CHECKING:
     from bench.protocols import Protocol

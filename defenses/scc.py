@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from bench.defense_ops import column_blocks, norm_scale
-from bench.defenses_api import ALL_THREATS, DEFENSES, Defense
-from bench.errors import require, require_number, require_positive_int
-from bench.simulation.hooks import Aggregator, RoundContext
+from bench.defense.rowwise import column_blocks, norm_scale
+from bench.defense.plugin import ALL_THREATS, DEFENSES, Defense
+from bench.core.errors import require, require_number, require_positive_int
+from bench.defense.hooks import Aggregator, RoundContext
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:

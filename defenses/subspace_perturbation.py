@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.defenses_api import DEFENSES, Defense
-from bench.errors import require_number
+from bench.defense.plugin import DEFENSES, Defense
+from bench.core.errors import require_number
 
 
 @DEFENSES.register(

@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 import torch
 
-from bench.defense_ops import RowwiseDefense, top_k_count, top_k_rows
-from bench.defenses_api import DEFENSES
-from bench.errors import require, require_positive_int
-from bench.simulation.hooks import RunInfo
+from bench.defense.rowwise import RowwiseDefense, top_k_count, top_k_rows
+from bench.defense.plugin import DEFENSES
+from bench.core.errors import require, require_positive_int
+from bench.defense.hooks import RunInfo
 
 
 @DEFENSES.register(

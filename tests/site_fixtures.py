@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from bench.catalog import Catalog
+from bench.spec.catalog import Catalog
 from bench.leaderboard import files
 
 ROOT = Path(__file__).resolve().parents[1]

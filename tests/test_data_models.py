@@ -5,7 +5,7 @@ import torch
 
 from bench.data import load_dataset
 from bench.data.partition import fixed_size, iid
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.models import build_model
 from bench.simulation.flat import FlatModel
 

@@ -32,7 +32,7 @@ from bench.data.files import Checksum, DataFile, Layout, cache_dir
 from bench.data.formats import FormatError, load_pickle
 from bench.data.partition import attribute
 from bench.data.sources import SOURCES
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 RNG = np.random.default_rng(0)
 

@@ -16,13 +16,13 @@ import torch
 from test_containment import evaluate, make_root, tiny_task
 
 from bench.simulation import Simulation
-from bench.simulation.hooks import DefenseHooks
+from bench.defense.hooks import DefenseHooks
 from bench.simulation.messages import SERVER
 from bench.threats import build_threat
 
 _SECRET = """
 import torch
-from bench.defenses_api import DEFENSES, Defense
+from bench.defense.plugin import DEFENSES, Defense
 
 
 @DEFENSES.register("{name}", "a secret every node shares: {what}")

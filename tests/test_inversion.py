@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from bench.attacks import ATTACKS, AttackError
-from bench.attacks.gradients import dummy_gradient, parameter_leaves
+from bench.attacks.observe.gradients import dummy_gradient, parameter_leaves
 from bench.attacks.inversion.dlg_batched import BatchedDLG
 from bench.attacks.inversion.inverting_gradients import InvertingGradients
 from bench.attacks.inversion.matching import matching_fn, matching_value_and_grad

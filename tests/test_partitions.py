@@ -17,8 +17,8 @@ from bench.data.partition import (
     shards,
     sizes,
 )
-from bench.errors import BenchInputError
-from bench.registry_utils import call_with_params
+from bench.core.errors import BenchInputError
+from bench.core.params import call_with_params
 
 N, NODES, CLASSES = 1000, 10, 10
 LABELS = torch.arange(N) % CLASSES  # 100 samples per class

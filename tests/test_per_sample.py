@@ -9,7 +9,7 @@ import torch
 
 from bench.simulation import Simulation
 from bench.simulation.flat import build_flat_model
-from bench.simulation.hooks import DefenseHooks, RoundContext
+from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.simulation.objective import NodeObjective
 
 CASES = [

@@ -13,8 +13,8 @@ import pytest
 from result_samples import job, sample_results
 
 from bench.results.record import JobResult
-from bench.scoring import entry_table, tables_by_track
-from bench.site import render_index, write_site
+from bench.leaderboard.ranking import entry_table, tables_by_track
+from bench.leaderboard.site import render_index, write_site
 
 EVIL = "<script>alert(1)</script>"
 EVIL_TASK = 'img"><b>task'

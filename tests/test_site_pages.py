@@ -20,9 +20,9 @@ from site_fixtures import (
     build_site,
 )
 
-from bench.site.entry_page import safe_url
-from bench.site.plots import privacy_utility_svg
-from bench.site.render import wrap_name
+from bench.leaderboard.site.entry_page import safe_url
+from bench.leaderboard.site.plots import privacy_utility_svg
+from bench.leaderboard.site.render import wrap_name
 
 
 class Tags(HTMLParser):

@@ -191,7 +191,7 @@ def c7(scale: str) -> Measured:
     kind="ordering",
 )
 def c8(scale: str) -> Measured:
-    from bench.active.state_override import override_control
+    from bench.threats.active.state_override import override_control
     from bench.simulation import Simulation
     from bench.threats import build_threat
 
@@ -250,9 +250,9 @@ def fig10_run(
     "within a few resolutions (< 1e-5) while each message is masked",
 )
 def c9(scale: str) -> Measured:
-    from bench.attacks.sybil import sybil_models
-    from bench.catalog import bench_root
-    from bench.defenses_api import build_defense
+    from bench.attacks.model_recovery.sybil import sybil_models
+    from bench.spec.catalog import bench_root
+    from bench.defense.plugin import build_defense
 
     plain = fig10_run()
     true = plain.view("ev").received(3, 0, "model")[2]  # what v sent u1 in round 0

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from bench.data.files import Checksum, DataFile, Layout, Source
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 OK, MISSING, CORRUPT, UNVERIFIED = "ok", "missing", "corrupt", "unverified (no published checksum)"
 CHUNK = 1 << 20  # bytes read (or copied) at a time

@@ -11,7 +11,7 @@ import torch
 
 from bench.data.dataset import ArrayDataset, TrainTest
 from bench.data.registry import DATASETS
-from bench.errors import require
+from bench.core.errors import require
 
 # Mean and std of the [0, 1]-scaled pixels over all 1,797 images (computed once, fixed so that
 # every split normalizes the same way).

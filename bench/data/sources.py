@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from bench.data.files import Checksum, DataFile, Layout, Source
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 # --- provenance labels of the checksums -------------------------------------------------------
 _TV = "torchvision 0.29.1 (torchvision/datasets/{})"

@@ -11,7 +11,7 @@ import torch
 
 from bench.data.dataset import ArrayDataset, TrainTest
 from bench.data.registry import DATASETS
-from bench.errors import require, require_positive_int
+from bench.core.errors import require, require_positive_int
 
 
 def _generator(seed: int) -> torch.Generator:

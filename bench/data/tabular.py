@@ -30,7 +30,7 @@ from bench.data.formats import (
 )
 from bench.data.real import format_error, obtain, pick_indices, seeded_subsets
 from bench.data.registry import DATASETS
-from bench.errors import BenchInputError, require
+from bench.core.errors import BenchInputError, require
 
 
 def pool_split(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from bench.data.stacked import CLIENT_STREAM, counter_hash
-from bench.errors import require_positive_int
+from bench.core.errors import require_positive_int
 from bench.protocols.base import (
     PROTOCOLS,
     BatchPlan,
@@ -32,8 +32,8 @@ from bench.protocols.base import (
     check_fraction,
     check_lr,
 )
-from bench.registry_utils import require_choice
-from bench.simulation.hooks import Aggregator, DefenseHooks, RoundContext
+from bench.core.params import require_choice
+from bench.defense.hooks import Aggregator, DefenseHooks, RoundContext
 from bench.simulation.messages import SERVER, MessageBatch
 
 if TYPE_CHECKING:

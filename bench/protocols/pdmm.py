@@ -54,11 +54,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from bench.data.stacked import derive_seed
-from bench.errors import BenchInputError, require, require_number, require_positive_int
+from bench.core.errors import BenchInputError, require, require_number, require_positive_int
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
 from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
-from bench.registry_utils import require_choice
-from bench.simulation.hooks import (
+from bench.core.params import require_choice
+from bench.defense.hooks import (
     GRADIENT_HOOKS,
     HOOK_NAMES,
     Aggregator,

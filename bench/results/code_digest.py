@@ -3,7 +3,7 @@
 A stored result is reused only when it was produced by the same code: a job's key hashes its
 task spec, defense configuration and seed together with
 
-* the defense plugin's source (:func:`bench.defenses_api.source_digest`),
+* the defense plugin's source (:func:`bench.defense.plugin.source_digest`),
 * each attack's code: its module and every module of ``bench.attacks`` it imports, directly or
   through others (:func:`attack_digest`, from the modules' import statements, read without
   executing anything), and

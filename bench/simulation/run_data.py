@@ -16,7 +16,7 @@ from bench.data import load_dataset
 from bench.data.partition import PARTITIONS, partition_summary
 from bench.data.stacked import NodeBatch, NodeData, derive_seed
 from bench.protocols.base import BatchPlan
-from bench.registry_utils import check_params
+from bench.core.params import check_params
 from bench.simulation.config import DTYPES, SimulationConfig
 
 
