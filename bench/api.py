@@ -164,12 +164,12 @@ def evaluate_defense(
         Bad input (unknown defense or parameter, unknown task, a class without a source file),
         with the message ``python -m bench evaluate`` prints.
     """
-    from bench.spec.catalog import bench_root
     from bench.cli import build_parser
     from bench.commands import COMMANDS
     from bench.commands.values import parse_defense
-    from bench.results.store import ResultStore
     from bench.leaderboard.ranking import entry_table
+    from bench.results.store import ResultStore
+    from bench.spec.catalog import bench_root
 
     base = bench_root(root)
     name, params, source = _resolve(defense, params)
@@ -231,9 +231,9 @@ def load_leaderboard(entries: str | Path | None = None, suite: str | None = None
         The rows of :func:`bench.leaderboard.ranking.entry_table` computed from the entries' job summaries
         (after ``leaderboard validate``'s checks), plus ``suite`` and ``verification``.
     """
-    from bench.spec.catalog import bench_root
     from bench.leaderboard import files
     from bench.leaderboard.ranking import entry_table
+    from bench.spec.catalog import bench_root
 
     folder = Path(entries) if entries is not None else bench_root(None) / "leaderboard" / "entries"
     paths = files.entry_paths(folder if suite is None else folder / suite)

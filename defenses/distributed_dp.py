@@ -7,12 +7,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.defense.plugin import DEFENSES
+from bench.defense.base import DEFENSES, PerSampleDP, RoundContext, RunInfo
 from bench.defense.privacy import plan
 from bench.defense.privacy.accounting import worst_epsilon_spent
-from bench.defense.dp import PerSampleDP
 from bench.defense.privacy.distributed import aggregate_noise_multiplier, share_sizes
-from bench.defense.hooks import RoundContext, RunInfo
 
 FEDERATED = ("fedsgd", "fedavg")
 

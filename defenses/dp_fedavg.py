@@ -6,13 +6,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.defense.plugin import DEFENSES
+from bench.defense.base import DEFENSES, Aggregator, DPDefense, MessageBatch, RoundContext, RunInfo
 from bench.defense.privacy.accounting import epsilon_spent
-from bench.defense.dp import DPDefense
 from bench.defense.privacy.mechanism import clip_rows
 from bench.protocols.federated import clients_per_round
-from bench.defense.hooks import Aggregator, RoundContext, RunInfo
-from bench.simulation.messages import MessageBatch
 
 
 @DEFENSES.register(

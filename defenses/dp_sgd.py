@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from bench.defense.plugin import ALL_THREATS, DEFENSES
-from bench.defense.dp import PerSampleDP
+from bench.defense.base import ALL_THREATS, DEFENSES, PerSampleDP
 
 
 @DEFENSES.register(

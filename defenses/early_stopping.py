@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pytorch_lightning.callbacks import Callback, EarlyStopping
 
-from bench.defense.plugin import DEFENSES, Defense
-from bench.core.errors import require, require_number, require_positive_int
-from bench.defense.hooks import RoundContext
+from bench.defense.base import DEFENSES, Defense, RoundContext, require, require_number, require_positive_int
 
 
 @DEFENSES.register("early_stopping", "stop training after max_rounds rounds or when val_acc stops improving")

@@ -6,10 +6,15 @@ from typing import Any, Literal
 
 import torch
 
-from bench.defense.rowwise import RowwiseDefense, clip_rows, clip_scale
-from bench.defense.plugin import DEFENSES
-from bench.core.errors import require, require_number
-from bench.defense.hooks import RoundContext
+from bench.defense.base import (
+    DEFENSES,
+    RoundContext,
+    RowwiseDefense,
+    clip_rows,
+    clip_scale,
+    require,
+    require_number,
+)
 
 
 @DEFENSES.register(

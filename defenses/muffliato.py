@@ -6,11 +6,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.defense.plugin import DEFENSES, Defense
-from bench.core.errors import require_number
+from bench.defense.base import DEFENSES, Aggregator, Defense, MessageBatch, RoundContext, require_number
 from bench.defense.privacy.muffliato import pairwise_network_dp, pndp_report
-from bench.defense.hooks import Aggregator, RoundContext
-from bench.simulation.messages import MessageBatch
 
 
 @DEFENSES.register(

@@ -6,12 +6,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.defense.rowwise import clip_rows
-from bench.defense.plugin import DEFENSES, Defense
-from bench.core.errors import require, require_number
+from bench.defense.base import DEFENSES, Defense, RoundContext, clip_rows, require, require_number
 from bench.defense.privacy.accounting import DEFAULT_DELTA, epsilon_spent
 from bench.defense.privacy.muffliato import pairwise_network_dp, pndp_report
-from bench.defense.hooks import RoundContext
 
 
 @DEFENSES.register(

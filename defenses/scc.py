@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 
-from bench.defense.rowwise import column_blocks, norm_scale
-from bench.defense.plugin import ALL_THREATS, DEFENSES, Defense
-from bench.core.errors import require, require_number, require_positive_int
-from bench.defense.hooks import Aggregator, RoundContext
-from bench.simulation.messages import MessageBatch
-
-if TYPE_CHECKING:
-    from bench.protocols import Protocol
+from bench.defense.base import (
+    ALL_THREATS,
+    DEFENSES,
+    Aggregator,
+    Defense,
+    MessageBatch,
+    Protocol,
+    RoundContext,
+    column_blocks,
+    norm_scale,
+    require,
+    require_number,
+    require_positive_int,
+)
 
 
 @DEFENSES.register(

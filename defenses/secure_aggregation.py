@@ -6,15 +6,22 @@ from typing import Any
 
 import torch
 
-from bench.defense.plugin import DEFENSES, Defense
-from bench.core.errors import BenchInputError, require
-from bench.core.params import require_choice
+from bench.defense.base import (
+    DEFENSES,
+    SERVER,
+    Aggregator,
+    BenchInputError,
+    Defense,
+    MessageBatch,
+    RoundContext,
+    RunInfo,
+    require,
+    require_choice,
+)
 from bench.defense.secagg import SecureAggregator, check_sum_range, decode, encode
 from bench.defense.secagg.fixed_point import MAX_K
 from bench.defense.secagg.prg import PRGS
 from bench.defense.secagg.protocol import Instance
-from bench.defense.hooks import Aggregator, RoundContext, RunInfo
-from bench.simulation.messages import SERVER, MessageBatch
 
 FEDERATED = ("fedsgd", "fedavg")
 GOSSIP = ("dpsgd", "gossip_averaging")
@@ -38,7 +45,8 @@ class SecureAggregation(Defense):
     ``Σ_{u∈U} y_u − Σ_{u∈U} PRG(b_u) − (masks shared with dropped users) = Σ_{u∈U} enc(w_u m_u)``
     (:mod:`bench.defense.secagg.protocol`). ``enc`` is the fixed-point encoding ``round(x · scale) mod 2^k``
     (:mod:`bench.defense.secagg.fixed_point`); ``s_{u,v}`` come from X25519 key agreement, the PRG is
-    AES-256-CTR or ChaCha20 (:mod:`bench.defense.secagg.keys`, :mod:`bench.defense.secagg.prg`); ``b_u`` and the
+    AES-256-CTR or ChaCha20 (:mod:`bench.defense.secagg.keys`, :mod:`bench.defense.secagg.prg`); ``b_u`` and
+    the
     key-agreement secrets are Shamir-shared with threshold ``t`` (:mod:`bench.defense.secagg.shamir`).
 
     * **FedSGD / FedAvg**: the group is the round's sampled clients, the receiver the server,

@@ -6,10 +6,15 @@ from typing import Any, Literal
 
 import torch
 
-from bench.defense.rowwise import RowwiseDefense, top_k_count, top_k_rows
-from bench.defense.plugin import DEFENSES
-from bench.core.errors import require, require_positive_int
-from bench.defense.hooks import RunInfo
+from bench.defense.base import (
+    DEFENSES,
+    RowwiseDefense,
+    RunInfo,
+    require,
+    require_positive_int,
+    top_k_count,
+    top_k_rows,
+)
 
 
 @DEFENSES.register(

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
-from bench.defense.plugin import build_defense
 from bench.defense.hooks import RoundContext, RunInfo
+from bench.defense.plugin import build_defense
 from bench.simulation.messages import MessageBatch
 from bench.simulation.mixing_op import GossipMixer
 from bench.topology import build_graph, mixing_matrix

@@ -48,9 +48,9 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 
 from bench.data.stacked import NodeBatch
+from bench.defense.hooks import RoundContext
 from bench.defense.plugin import build_defense
 from bench.simulation.engine import Simulation
-from bench.defense.hooks import RoundContext
 from performance.engine import (
     ReferenceDPSGD,
     RoundBatches,

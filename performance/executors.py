@@ -38,10 +38,10 @@ from pathlib import Path
 
 import ray
 
-from bench.spec.catalog import Catalog, bench_root
-from bench.results.store import ResultStore
 from bench.evaluation.grid import expand_grid, plan_jobs, run_grid
 from bench.evaluation.ray_executor import RayOptions
+from bench.results.store import ResultStore
+from bench.spec.catalog import Catalog, bench_root
 from bench.spec.schema import DefenseSpec
 
 TASKS = ["digits_mlp_dpsgd_mia", "digits_mlp_pdmm", "digits_mlp_fedsgd_mia"]  # the quick suite's longest

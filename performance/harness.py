@@ -55,14 +55,14 @@ from typing import Any
 
 import torch
 
-from bench.spec.catalog import Catalog, bench_root
-from bench.results.provenance import cpu_model
-from bench.results.store import ResultStore
 from bench.evaluation import isolation, job
 from bench.evaluation.grid import expand_grid, plan_jobs, run_grid
 from bench.evaluation.truth import RunDataCache
 from bench.evaluation.validate import validate_task
+from bench.results.provenance import cpu_model
+from bench.results.store import ResultStore
 from bench.simulation.lightning import quiet_lightning
+from bench.spec.catalog import Catalog, bench_root
 
 #: the switches of the trust checks in :mod:`bench.evaluation.job`, and their values when off
 CHECKS_OFF: dict[str, Any] = {

@@ -38,10 +38,10 @@ import time
 
 import torch
 
-from bench.attacks.observe.gradients import dummy_gradient, parameter_leaves
 from bench.attacks.inversion.dlg_batched import BatchedDLG
 from bench.attacks.inversion.matching import matching_fn, matching_values
 from bench.attacks.inversion.optimizers import batched_adam, batched_lbfgs
+from bench.attacks.observe.gradients import dummy_gradient, parameter_leaves
 from bench.simulation import Simulation
 from bench.threats import build_threat
 

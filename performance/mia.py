@@ -13,7 +13,8 @@ attacker's population is the training split's samples no client holds (1092 samp
 LiRA's reference models, ``K`` = 16 and 64 worlds (replicas of the whole FL run, each on its own
 draw of 256 population samples), trained for ``t`` rounds:
 
-* **stacked** — ``bench.attacks.membership.reference_worlds.train_reference_worlds(..., worlds=K)``: one engine
+* **stacked** — ``bench.attacks.membership.reference_worlds.train_reference_worlds(..., worlds=K)``: one
+engine
   :class:`~bench.simulation.Simulation` (full-batch FedSGD with equal local sets: one node per
   world holding its 256 samples, ``K`` nodes; otherwise ``16·K`` nodes, block-diagonal mixing);
 * **engine, K calls** — ``K`` calls with ``worlds=1`` (other seeds: same work, other draws);
@@ -120,13 +121,11 @@ from scipy.stats import norm
 
 import bench.attacks  # noqa: F401  (registers the attacks; imported before bench.attacks.membership.reference_worlds)
 from bench.attacks import Reconstruction, build_attack
+from bench.attacks.membership.likelihood_ratio import lira_offline
 from bench.attacks.membership.lira import MembershipLiRA
 from bench.attacks.membership.observed import resolve_rounds, stacked_targets
-from bench.attacks.membership.reference_base import ScoreInputs
-from bench.data.dataset import ArrayDataset
-from bench.data.stacked import derive_seed
-from bench.attacks.membership.likelihood_ratio import lira_offline
 from bench.attacks.membership.pool import NON_MEMBER
+from bench.attacks.membership.reference_base import ScoreInputs
 from bench.attacks.membership.reference_worlds import (
     ReferenceModels,
     _PopulationData,
@@ -136,6 +135,8 @@ from bench.attacks.membership.reference_worlds import (
 )
 from bench.attacks.membership.roc import auroc
 from bench.attacks.membership.signals import signal
+from bench.data.dataset import ArrayDataset
+from bench.data.stacked import derive_seed
 from bench.evaluation.truth import Scorer
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import Simulation

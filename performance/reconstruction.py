@@ -57,7 +57,6 @@ import numpy as np
 import torch
 
 from bench.attacks import build_attack
-from bench.attacks.observe.common_model import common_model
 from bench.attacks.knowledge.dgd_knowledge import observations
 from bench.attacks.knowledge.dgd_system import (
     dgd_covariance,
@@ -72,8 +71,9 @@ from bench.attacks.knowledge.knowledge_matrix import (
     knowledge_rows,
     structural_rows,
 )
-from bench.metrics import build_metric
+from bench.attacks.observe.common_model import common_model
 from bench.evaluation.truth import Scorer
+from bench.metrics import build_metric
 from bench.simulation import Simulation
 from bench.threats import build_threat
 from bench.topology import Topology

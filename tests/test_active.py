@@ -8,8 +8,8 @@ import torch
 from bench.attacks import AttackError, build_attack
 from bench.claims.pasquini2023 import active_config as config
 from bench.core.errors import BenchInputError
-from bench.metrics import build_metric
 from bench.evaluation.truth import Scorer
+from bench.metrics import build_metric
 from bench.simulation import Simulation
 from bench.threats import build_threat
 
@@ -42,8 +42,8 @@ def test_trap_override_then_exact_recovery_inverts_the_victims_batch():
     # without the override the same round's gradient is not trapped: far fewer exact samples
     plain = Simulation(cfg, threats={"nb": build_threat("neighbors", coalition=[0])}, record_rounds=range(4))
     plain.run(4)
-    from bench.threats.active.trap import trapped_inputs
     from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
+    from bench.threats.active.trap import trapped_inputs
 
     grad = recover_neighbor_gradients(plain.view("nb"), 2)[1]
     x, _ = trapped_inputs(plain.view("nb").model, grad, 16)

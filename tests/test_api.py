@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import bench
-from bench.defense.plugin import DEFENSES, Defense, load_defense_module
 from bench.core.errors import BenchInputError
+from bench.defense.plugin import DEFENSES, Defense, load_defense_module
 from bench.leaderboard.ranking import tables_by_track
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ import torch
 from bench.attacks import ATTACKS
 from bench.attacks.applicability import NOT_RUN, applies
 from bench.attacks.inversion.first_layer import first_layer_estimate
-from bench.spec.catalog import Catalog
 from bench.evaluation.planning import build_attacks
+from bench.spec.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 

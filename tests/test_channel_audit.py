@@ -111,8 +111,8 @@ class Flip(Defense):
 def test_the_log_keeps_a_uniform_sample_of_the_calls_beyond_its_budget():
     import torch
 
-    from bench.simulation.aggregation_log import MIN_CALLS, AggregationLog
     from bench.defense.hooks import RoundContext
+    from bench.simulation.aggregation_log import MIN_CALLS, AggregationLog
     from bench.simulation.messages import MessageBatch
 
     log = AggregationLog(budget=1)  # every call is over budget: MIN_CALLS are kept

@@ -17,14 +17,14 @@ import torch
 from test_containment import evaluate, make_root, outcomes, tiny_task
 
 from bench.attacks.inversion.distance import gradient_distance
-from bench.defense.rowwise import clip_rows
-from bench.protocols import PROTOCOLS
 from bench.core.params import call_with_params
+from bench.core.wire import blob
+from bench.defense.rowwise import clip_rows
 from bench.evaluation import oracle
 from bench.evaluation.adaptive import ORACLE_SUFFIX, with_adaptive
 from bench.evaluation.planning import build_attacks
+from bench.protocols import PROTOCOLS
 from bench.spec.schema import parse_task
-from bench.core.wire import blob
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,8 +16,8 @@ from bench.attacks.knowledge.dgd_system import (
     split,
 )
 from bench.claims.bellet2024_dgd import dgd_messages
-from bench.metrics import build_metric
 from bench.evaluation.truth import Scorer
+from bench.metrics import build_metric
 from bench.simulation import Simulation
 from bench.threats import build_threat
 from bench.topology import Topology
@@ -141,8 +141,8 @@ def dgd_run(
 def test_the_attackers_sent_models_are_their_half_steps():
     """What :func:`observations` takes as the coalition's own messages (from its mixing) equals
     its half-step ``θ_a^t − γ ∇ℓ(θ_a^t; x_a)`` computed from its own data."""
-    from bench.attacks.observe.common_model import common_model
     from bench.attacks.knowledge.dgd_knowledge import observations
+    from bench.attacks.observe.common_model import common_model
     from bench.attacks.observe.gradients import dummy_gradient, loss_function, parameter_leaves
 
     sim = dgd_run(coalition=(8,), lr=0.05, rounds=4)

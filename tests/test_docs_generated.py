@@ -9,9 +9,9 @@ import ast
 import re
 from pathlib import Path
 
-from bench.protocols import PROTOCOLS
 from bench.defense.hooks import HOOK_NAMES
 from bench.leaderboard.site import docs
+from bench.protocols import PROTOCOLS
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "bench"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.spec.catalog import Catalog, bench_root
 from bench.cli import main
 from bench.core.errors import BenchInputError
-from bench.results.store import ResultStore
 from bench.evaluation.planning import build_attacks
+from bench.results.store import ResultStore
+from bench.spec.catalog import Catalog, bench_root
 
 REPO = Path(__file__).resolve().parent.parent
 

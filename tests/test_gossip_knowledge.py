@@ -16,8 +16,8 @@ from bench.attacks.knowledge.knowledge_matrix import (
     structural_rows,
 )
 from bench.core.errors import BenchInputError
-from bench.metrics import build_metric
 from bench.evaluation.truth import Scorer
+from bench.metrics import build_metric
 from bench.simulation import Simulation
 from bench.threats import build_threat
 from bench.topology import Topology

@@ -8,10 +8,10 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from bench.spec.catalog import Catalog
 from bench.core.errors import BenchInputError, closest_name
 from bench.core.registry import Registry
 from bench.simulation.config import SimulationConfig
+from bench.spec.catalog import Catalog
 from bench.spec.schema import DefenseSpec, SuiteSpec, TaskSpec, validation_message
 
 TASK = """\

@@ -15,8 +15,8 @@ import pytest
 import torch
 from test_containment import evaluate, make_root, tiny_task
 
-from bench.simulation import Simulation
 from bench.defense.hooks import DefenseHooks
+from bench.simulation import Simulation
 from bench.simulation.messages import SERVER
 from bench.threats import build_threat
 

@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, Reconstruction, build_attack
-from bench.attacks.observe.gradients import flat_model
-from bench.attacks.model_recovery.decoder import observed_pairs
-from bench.core.errors import BenchInputError
 from bench.attacks.membership.signals import membership_score
+from bench.attacks.model_recovery.decoder import observed_pairs
+from bench.attacks.observe.gradients import flat_model
+from bench.core.errors import BenchInputError
 from bench.evaluation.truth import Scorer
 from bench.simulation import Simulation
 from bench.threats import build_threat

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bench.core.errors import BenchInputError
-from bench.attacks.membership.marginalization import marginalize
+from bench.threats.active.marginalization import marginalize
 
 
 def _updates(k=5, p=7, seed=0):

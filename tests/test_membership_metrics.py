@@ -12,7 +12,6 @@ import torch
 from scipy.stats import beta, binom
 from sklearn.metrics import roc_auc_score
 
-from bench.core.errors import BenchInputError
 from bench.attacks.membership.epsilon import epsilon_from_counts, epsilon_lower_bound, exceeds_claim
 from bench.attacks.membership.metrics import leakage_from_auc, membership_metrics, tpr_at_fpr
 from bench.attacks.membership.roc import auroc, roc_curve
@@ -22,6 +21,7 @@ from bench.attacks.membership.threshold_choice import (
     quantile_threshold,
     threshold_attack,
 )
+from bench.core.errors import BenchInputError
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -176,8 +176,8 @@ def test_the_epsilon_lower_bound_is_computed_at_the_delta_of_the_claim():
     lowers it: ``log((1 − δ − FPR)/FNR)``."""
     from bench.attacks.base import Reconstruction
     from bench.attacks.membership.epsilon import epsilon_lower_bound
-    from bench.metrics import DataInfo, Truth, build_metric
     from bench.evaluation.truth import Scorer
+    from bench.metrics import DataInfo, Truth, build_metric
 
     gen = torch.Generator().manual_seed(0)
     members = (torch.arange(400) < 200).to(torch.int8)

@@ -7,7 +7,6 @@ import torch
 from test_membership_harness import _config
 
 from bench.attacks import AttackError, Reconstruction, build_attack
-from bench.core.errors import BenchInputError
 from bench.attacks.membership.pool import NON_MEMBER, population
 from bench.attacks.membership.reference_worlds import (
     ReferenceWorldError,
@@ -15,10 +14,11 @@ from bench.attacks.membership.reference_worlds import (
     train_reference_worlds,
     world_topology,
 )
+from bench.core.errors import BenchInputError
+from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.evaluation.truth import Scorer
 from bench.simulation import Simulation
 from bench.simulation.config import SimulationConfig
-from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.threats import build_threat
 
 

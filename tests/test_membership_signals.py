@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from bench.core.errors import BenchInputError
 from bench.attacks.membership.signals import (
     MEMBER_SIGN,
     SIGNALS,
@@ -20,6 +19,7 @@ from bench.attacks.membership.signals import (
     signal,
     stacked_logits,
 )
+from bench.core.errors import BenchInputError
 from bench.simulation.flat import FlatModel
 
 

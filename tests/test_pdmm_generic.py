@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from test_containment import evaluate, make_root, outcomes, tiny_task
 
-from bench.protocols import PROTOCOLS
 from bench.core.params import call_with_params
 from bench.evaluation.adaptive import ORACLE_SUFFIX, with_adaptive
 from bench.evaluation.planning import build_attacks
+from bench.protocols import PROTOCOLS
 from bench.spec.schema import parse_task
 
 #: a fixed random signed permutation of every local gradient (the model trains on it; what an

@@ -6,8 +6,8 @@ from test_pdmm import MLP  # the 12-node digits MLP of the PDMM tests
 
 from bench.claims.yu2025 import LOGREG
 from bench.core.errors import BenchInputError
-from bench.simulation import Simulation
 from bench.defense.hooks import DefenseHooks
+from bench.simulation import Simulation
 from bench.simulation.messages import MessageBatch
 from bench.threats import build_threat
 

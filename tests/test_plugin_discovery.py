@@ -19,9 +19,9 @@ import bench.attacks
 import bench.attacks.inversion
 from bench.attacks import ATTACKS, build_attack
 from bench.claims import CLAIMS, load
-from bench.metrics import build_metric
 from bench.core.registry import import_submodules
 from bench.evaluation.truth import Scorer
+from bench.metrics import build_metric
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = "bench.attacks.inversion.idlg_labels"

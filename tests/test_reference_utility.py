@@ -15,7 +15,8 @@ import pytest
 from result_samples import job
 
 import bench.simulation.reference as reference_mod
-from bench.spec.catalog import Catalog, bench_root
+from bench.evaluation.truth import RunDataCache, Scorer
+from bench.leaderboard.ranking import entry_table
 from bench.protocols import BatchPlan
 from bench.results.reference import (
     ATTACK_ONLY,
@@ -27,9 +28,8 @@ from bench.results.reference import (
     task_references,
     track_gate,
 )
-from bench.evaluation.truth import RunDataCache, Scorer
-from bench.leaderboard.ranking import entry_table
 from bench.simulation.reference import step_budget
+from bench.spec.catalog import Catalog, bench_root
 
 ROOT = bench_root(None)
 ONLY = {"reference": None, "floor_fraction": None, "attack_only": "why"}

@@ -6,11 +6,11 @@ import torch
 
 from bench.attacks import build_attack
 from bench.attacks.observe.pdmm_observables import PDMMObservables, honest_nodes
-from bench.spec.catalog import bench_root
 from bench.defense.plugin import build_defense
 from bench.simulation import Simulation
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import RunningTotal, Transcript
+from bench.spec.catalog import bench_root
 from bench.threats import build_threat
 
 ROUNDS = 30

@@ -7,7 +7,14 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from bench.defense.secagg import SecAggFailure, SecAggOverflow, SecureAggregator, check_sum_range, decode, encode
+from bench.defense.secagg import (
+    SecAggFailure,
+    SecAggOverflow,
+    SecureAggregator,
+    check_sum_range,
+    decode,
+    encode,
+)
 from bench.defense.secagg.fixed_point import centred, ring_mask, ring_sum
 from bench.defense.secagg.keys import agree, session_keys
 from bench.defense.secagg.prg import PAIR, SELF, expand, expand_many, instance_nonce

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from result_samples import job, sample_results
 
-from bench.results.record import JobResult
 from bench.leaderboard.ranking import entry_table, tables_by_track
 from bench.leaderboard.site import render_index, write_site
+from bench.results.record import JobResult
 
 EVIL = "<script>alert(1)</script>"
 EVIL_TASK = 'img"><b>task'

@@ -6,8 +6,8 @@ from bench.attacks import AttackError, build_attack
 from bench.attacks.model_recovery.sybil import sybil_models
 from bench.claims.pasquini2023 import fig10_run
 from bench.defense.plugin import build_defense
-from bench.metrics import build_metric
 from bench.evaluation.truth import Scorer
+from bench.metrics import build_metric
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from bench.core.errors import BenchInputError
-from bench.simulation import SERVER, Simulation
 from bench.defense.hooks import AdversaryPolicy
+from bench.simulation import SERVER, Simulation
 from bench.simulation.lightning import run_simulation
 from bench.threats import KnowledgeError, build_threat
 

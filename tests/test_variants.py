@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.spec.catalog import Catalog, bench_root
 from bench.cli import main
 from bench.core.errors import BenchInputError
+from bench.spec.catalog import Catalog, bench_root
 from bench.spec.schema import SpecError, TaskSpec
 from bench.spec.variants import TaskVariant, is_family
 

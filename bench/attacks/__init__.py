@@ -1,10 +1,10 @@
 """Attacks: each module registers one attack in :data:`ATTACKS` that reads one threat model's
 :class:`~bench.threats.view.View` and returns reconstructions (the contract: :mod:`bench.attacks.base`);
-importing the package registers them all. The modules here are the analytic, gradient-recovery,
-knowledge-system and active attacks and what they share (``gradients``, ``targets``, ``oracle``,
-``applicability``); batched gradient inversion is in ``inversion/``, membership inference in
-``membership/`` and the reconstruction of private quantities from transcripts in
-``reconstruction/`` (``bench/attacks/README.md``).
+importing the package registers them all. The attacks live in family folders — what reads a View
+(``observe/``), gradient inversion (``inversion/``), the coalition's linear systems
+(``knowledge/``), model recovery (``model_recovery/``) and membership inference (``membership/``);
+the contract, applicability and the defense oracle's client stay here (``base``,
+``applicability``, ``oracle``; ``bench/attacks/README.md``).
 """
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement

@@ -65,7 +65,8 @@ class OracleClient:
 
     def reference_worlds(self, **args: Any) -> dict[int, ReferenceModels]:
         """Reference worlds trained *under the defense*, in the oracle process: the arguments of
-        :func:`bench.attacks.membership.reference_worlds.reference_worlds_at` (``cfg`` as JSON, tensors for the
+        :func:`bench.attacks.membership.reference_worlds.reference_worlds_at` (``cfg`` as JSON, tensors for
+        the
         rest), answered as ``round -> ReferenceModels``."""
         answer = self.query({"op": "reference_worlds", **args})
         out = {}

@@ -82,8 +82,8 @@ def ring_pdmm(
 
 def score(sim: Any, recs: list[Any], metric: str = "image_ssim") -> dict[str, float]:
     """The metric's values of ``recs`` against the run's truth (the scorer's side)."""
-    from bench.metrics import build_metric
     from bench.evaluation.truth import Scorer
+    from bench.metrics import build_metric
 
     scorer = Scorer(sim.config, sim.data)
     return build_metric(metric).compute(recs, [scorer.truth(r) for r in recs], scorer.info)

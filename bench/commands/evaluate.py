@@ -146,17 +146,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     import os
 
-    from bench.spec.catalog import Catalog, bench_root
-    from bench.results.reference import RANKED
-    from bench.results.store import ResultStore
-    from bench.results.store_url import refuse_in_memory
     from bench.evaluation.grid import SweepInterrupted, expand_grid, plan_jobs, run_grid
     from bench.evaluation.validate import Collector, validate_tasks, writable_folder
     from bench.leaderboard.ranking import entry_table, superseded_versions, tables_by_track
-    from bench.simulation.lightning import quiet_lightning
     from bench.leaderboard.site import write_site
     from bench.leaderboard.site.graph_figure import track_figures
     from bench.leaderboard.site.text import format_table
+    from bench.results.reference import RANKED
+    from bench.results.store import ResultStore
+    from bench.results.store_url import refuse_in_memory
+    from bench.simulation.lightning import quiet_lightning
+    from bench.spec.catalog import Catalog, bench_root
 
     root = bench_root(args.root)
     catalog = Catalog(root)

@@ -15,16 +15,16 @@ from bench.core.errors import BenchInputError
 
 
 def _catalogues(root: Path | None = None) -> dict[str, Any]:
-    from bench.threats.active.threat import POLICIES
     from bench.attacks import ATTACKS
-    from bench.spec.catalog import Catalog, bench_root
     from bench.data import DATASETS, PARTITIONS
     from bench.defense.plugin import DEFENSES, load_all_defenses
     from bench.metrics import METRICS
     from bench.models import MODELS
     from bench.protocols import PROTOCOLS
     from bench.simulation.objective import LOSSES
+    from bench.spec.catalog import Catalog, bench_root
     from bench.threats import THREATS
+    from bench.threats.active.policy import POLICIES
     from bench.topology import GRAPHS, MIXINGS
 
     root = root or bench_root()

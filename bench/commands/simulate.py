@@ -77,9 +77,9 @@ def check_model_memory(cfg: Any) -> Any:
 
 @COMMANDS.register("simulate", "run one protocol on all nodes (Lightning loop) and print utility")
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from bench.spec.arguments import integers, output_folder
     from bench.simulation import Simulation, SimulationConfig
     from bench.simulation.lightning import quiet_lightning, run_simulation
+    from bench.spec.arguments import integers, output_folder
     from bench.threats import build_threat
 
     config: dict[str, Any] = load_config(args.config) if args.config else {}

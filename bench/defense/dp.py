@@ -31,12 +31,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 
-from bench.defense.plugin import Defense
 from bench.core.errors import BenchInputError, require, require_number
-from bench.defense.privacy import plan
-from bench.defense.privacy.accounting import DEFAULT_DELTA, check_budget, solve_noise_multiplier, worst_epsilon_spent
-from bench.defense.privacy.mechanism import add_parameter_noise, clip_factors
 from bench.defense.hooks import RoundContext, RunInfo
+from bench.defense.plugin import Defense
+from bench.defense.privacy import plan
+from bench.defense.privacy.accounting import (
+    DEFAULT_DELTA,
+    check_budget,
+    solve_noise_multiplier,
+    worst_epsilon_spent,
+)
+from bench.defense.privacy.mechanism import add_parameter_noise, clip_factors
 
 if TYPE_CHECKING:
     from bench.protocols import Protocol

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pytorch_lightning.callbacks import Callback
 
-from bench.data.stacked import derive_seed
 from bench.core.errors import BenchInputError, short_repr
 from bench.core.registry import Registry
+from bench.data.stacked import derive_seed
 from bench.defense.hooks import DefenseHooks, RunInfo, overridden_hooks
 
 if TYPE_CHECKING:

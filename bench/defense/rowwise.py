@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bench.defense.plugin import Defense, check_kinds, kinds_reason
 from bench.core.errors import require
 from bench.core.params import require_choice
 from bench.defense.hooks import RoundContext
+from bench.defense.plugin import Defense, check_kinds, kinds_reason
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:

@@ -46,16 +46,16 @@ from typing import Any
 
 import torch
 
+from bench.core.wire import unblob
 from bench.data.stacked import derive_seed
+from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.defense.plugin import build_defense
 from bench.evaluation import isolation, sandbox
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import Simulation
-from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.simulation.lightning import quiet_lightning
 from bench.simulation.messages import MessageBatch
 from bench.spec.schema import TaskSpec
-from bench.core.wire import unblob
 
 #: relative tolerance of a recomputed output (the same code on the same inputs gives the same bits
 #: on one machine; the slack only absorbs a different reduction order of a library kernel)

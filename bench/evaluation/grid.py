@@ -19,11 +19,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from bench.spec.catalog import Catalog
-from bench.defense.plugin import defense_path, source_digest
 from bench.core.errors import BenchInputError
-from bench.results.record import JobResult
-from bench.results.spool import ResultKeeper
+from bench.core.wire import blob
+from bench.defense.plugin import defense_path, source_digest
 from bench.evaluation import isolation
 from bench.evaluation.job import Job, run_job
 from bench.evaluation.planning import protocol_key
@@ -31,8 +29,10 @@ from bench.evaluation.probe import DefensePlan, describe_defense
 from bench.evaluation.ray_executor import RayOptions, run_ray
 from bench.evaluation.truth import RunDataCache
 from bench.evaluation.validate import Collector
+from bench.results.record import JobResult
+from bench.results.spool import ResultKeeper
+from bench.spec.catalog import Catalog
 from bench.spec.schema import DefenseSpec, RunSpec, TaskSpec
-from bench.core.wire import blob
 
 
 def expand_grid(catalog: Catalog, tasks: list[str], defenses: list[DefenseSpec], seeds: int) -> list[RunSpec]:

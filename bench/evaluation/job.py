@@ -30,12 +30,8 @@ from typing import Any
 import torch
 
 from bench.core.errors import BenchInputError
-from bench.protocols import PROTOCOLS
 from bench.core.params import call_with_params
-from bench.results.code_digest import attack_digest, engine_digest
-from bench.results.provenance import provenance, spec_hash
-from bench.results.record import AttackOutcome, JobResult
-from bench.results.reference import BASELINE_DEFENSE
+from bench.core.wire import blob
 from bench.evaluation import isolation
 from bench.evaluation.adaptive import PlannedAttack, attack_indices, shared_population, with_adaptive
 from bench.evaluation.attack_worker import attack as attack_entry
@@ -46,11 +42,15 @@ from bench.evaluation.probe import DefensePlan
 from bench.evaluation.sim_worker import simulate
 from bench.evaluation.truth import RunDataCache, Scorer
 from bench.leaderboard.ranking import privacy_score
+from bench.protocols import PROTOCOLS
+from bench.results.code_digest import attack_digest, engine_digest
+from bench.results.provenance import provenance, spec_hash
+from bench.results.record import AttackOutcome, JobResult
+from bench.results.reference import BASELINE_DEFENSE
 from bench.simulation.aggregation_log import DEFAULT_BUDGET
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import with_protocol_overrides
 from bench.spec.schema import RunSpec
-from bench.core.wire import blob
 
 
 @dataclass

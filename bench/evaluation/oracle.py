@@ -55,19 +55,19 @@ import torch
 from torch.func import grad, vmap
 
 from bench.attacks.inversion.matching import gradient_distance
-from bench.attacks.oracle import UNKNOWN_PROBLEMS
-from bench.data.stacked import derive_seed
-from bench.defense.plugin import build_defense
 from bench.attacks.membership.reference_worlds import ReferenceWorldError, kept_worlds
-from bench.protocols import Protocol
+from bench.attacks.oracle import UNKNOWN_PROBLEMS
+from bench.core.wire import unblob
+from bench.data.stacked import derive_seed
+from bench.defense.hooks import DefenseHooks, RoundContext
+from bench.defense.plugin import build_defense
 from bench.evaluation import isolation, sandbox
+from bench.protocols import Protocol
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import Simulation
-from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.simulation.lightning import quiet_lightning
 from bench.simulation.objective import LOSSES
 from bench.spec.schema import TaskSpec
-from bench.core.wire import unblob
 
 #: draws of a random defense averaged per answer (EOT). Two: the mean of M draws of additive
 #: noise of scale σ leaves σ/√M of it in the objective (σ√(1 + 1/M) between the matched and the

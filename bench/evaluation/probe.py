@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.core.params import call_with_params
+from bench.core.wire import unblob
+from bench.defense.hooks import overridden_hooks
 from bench.defense.plugin import build_defense
 from bench.protocols import PROTOCOLS
-from bench.core.params import call_with_params
-from bench.defense.hooks import overridden_hooks
-from bench.core.wire import unblob
 
 
 def describe_defense(request: dict[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.results.record import JobResult
 from bench.evaluation.job import Job, run_job
+from bench.results.record import JobResult
 
 __all__ = ["RayOptions", "run_ray"]
 

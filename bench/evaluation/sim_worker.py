@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench.core.wire import blob, unblob
 from bench.defense.plugin import build_defense
 from bench.evaluation import isolation, sandbox
 from bench.simulation.engine import Simulation, TrainingDiverged
@@ -18,7 +19,6 @@ from bench.simulation.lightning import quiet_lightning, run_simulation
 from bench.spec.schema import TaskSpec
 from bench.threats import build_threat
 from bench.threats.active.threat import adversary_of
-from bench.core.wire import blob, unblob
 
 
 def simulate(request: dict[str, Any]) -> dict[str, Any]:

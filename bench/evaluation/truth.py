@@ -24,10 +24,10 @@ import torch
 
 from bench.attacks.base import AttackError, Reconstruction
 from bench.attacks.membership.pool import CandidatePool, candidate_pool, population
+from bench.core.params import call_with_params
 from bench.metrics import DataInfo, Truth, build_metric
 from bench.metrics.image import save_grid
 from bench.protocols import PROTOCOLS, BatchPlan
-from bench.core.params import call_with_params
 from bench.results.record import AttackOutcome
 from bench.simulation.config import DTYPES, SimulationConfig
 from bench.simulation.flat import build_flat_model, output_size

@@ -19,8 +19,8 @@ import torch
 def _warm() -> None:
     from bench.attacks import build_attack
     from bench.data import load_dataset
-    from bench.simulation import Simulation
     from bench.defense.hooks import DefenseHooks
+    from bench.simulation import Simulation
     from bench.simulation.lightning import quiet_lightning, run_simulation
     from bench.threats import build_threat
 

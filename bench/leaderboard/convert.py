@@ -15,9 +15,9 @@ from typing import Any
 import pandas as pd
 
 from bench.leaderboard.entry import AttackSummary, JobSummary, TrackSummary
+from bench.leaderboard.ranking import EPSILON_LB_METRIC, LEAKAGE_PREFIX, entry_table
 from bench.results.record import AttackOutcome, JobResult
 from bench.results.reference import REFERENCE_METRIC
-from bench.leaderboard.ranking import EPSILON_LB_METRIC, LEAKAGE_PREFIX, entry_table
 
 #: attack metric keys an entry keeps: the ε lower bound, the per-victim flags of the graph
 #: figures, and what the membership figures draw (the ROC on its log grid, the AUC per round)

@@ -21,8 +21,8 @@ from bench.leaderboard.entry import Entry
 def expected_jobs(root: Path, suite: str, name: str, params: dict[str, object]) -> dict[str, list[int]]:
     """``task -> seeds`` the suite ``suite`` plans for the defense ``name(params)`` (tasks it
     does not apply to are left out, as ``evaluate`` skips them)."""
-    from bench.spec.catalog import Catalog
     from bench.evaluation.grid import expand_grid, plan_jobs
+    from bench.spec.catalog import Catalog
     from bench.spec.schema import DefenseSpec
 
     catalog = Catalog(root)

@@ -76,8 +76,8 @@ def currency(root: Path, suite_name: str, entries: list[Entry], here: dict[str, 
 def planned(root: Path, suite_name: str) -> dict[str, str]:
     """``key -> "defense task seed"`` of every job ``evaluate`` plans for ``suite_name`` (its
     tasks, defenses and seeds) with the code under ``root``."""
-    from bench.spec.catalog import Catalog
     from bench.evaluation.grid import expand_grid, plan_jobs
+    from bench.spec.catalog import Catalog
 
     catalog = Catalog(root)
     suite = catalog.suite(suite_name)

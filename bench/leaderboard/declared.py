@@ -16,8 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.defense.sources import ORIGINAL, PAPERS, UNDECLARED, summary_problem
 from bench.core.errors import BenchInputError
+from bench.defense.sources import ORIGINAL, PAPERS, UNDECLARED, summary_problem
 from bench.leaderboard.entry import PaperInfo
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from bench.defense.sources import UNDECLARED
 from bench.core.errors import BenchInputError
+from bench.defense.sources import UNDECLARED
 from bench.leaderboard import DEFAULT_TOLERANCE
 from bench.leaderboard.convert import hardware_of, restore, summarize, tracks_of
 from bench.leaderboard.declared import declaration_problems

@@ -200,10 +200,10 @@ def verify_entry(
     parallel: int = 1,
 ) -> VerifyReport:
     """Re-run the chosen jobs of ``entry`` with the code under ``root`` and compare."""
-    from bench.spec.catalog import Catalog
     from bench.core.errors import BenchInputError
-    from bench.results.store import ResultStore
     from bench.evaluation.grid import plan_jobs, run_grid
+    from bench.results.store import ResultStore
+    from bench.spec.catalog import Catalog
     from bench.spec.schema import DefenseSpec, RunSpec
 
     report = VerifyReport(entry.defense.label)

@@ -1,4 +1,4 @@
-"""Membership-inference metrics of a membership attack's scores (:mod:`bench.membership`)."""
+"""Membership-inference metrics of a membership attack's scores (:mod:`bench.attacks.membership`)."""
 
 from __future__ import annotations
 

@@ -13,10 +13,10 @@ from typing import Any
 from torch import nn
 
 from bench.core.errors import BenchInputError
+from bench.core.params import check_params
 from bench.models import cnn, dense, lenet, resnet, vgg  # noqa: F401  (registers the models)
 from bench.models.base import MODELS, engine_alternative, engine_compatible
 from bench.models.dense import linear, logistic_regression, mlp
-from bench.core.params import check_params
 
 __all__ = [
     "MODELS",

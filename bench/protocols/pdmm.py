@@ -53,11 +53,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from bench.data.stacked import derive_seed
 from bench.core.errors import BenchInputError, require, require_number, require_positive_int
-from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
-from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
 from bench.core.params import require_choice
+from bench.data.stacked import derive_seed
 from bench.defense.hooks import (
     GRADIENT_HOOKS,
     HOOK_NAMES,
@@ -66,6 +64,8 @@ from bench.defense.hooks import (
     RoundContext,
     overridden_hooks,
 )
+from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
+from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
 from bench.simulation.kernels import kernel, prox_step, quadratic_step
 from bench.simulation.messages import MessageBatch
 

@@ -50,9 +50,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
+from bench.evaluation import sandbox
 from bench.results.record import JobResult
 from bench.results.store_url import StoreWriteError, redact
-from bench.evaluation import sandbox
 
 __all__ = [
     "REJECTED_DIR",

@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import torch
 
+from bench.defense.hooks import AdversaryPolicy, Aggregator, DefenseHooks, RoundContext, overridden_hooks
 from bench.simulation.aggregation_log import AggregationLog
 from bench.simulation.decoding import decode_deliveries
-from bench.defense.hooks import AdversaryPolicy, Aggregator, DefenseHooks, RoundContext, overridden_hooks
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import Transcript
 

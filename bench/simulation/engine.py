@@ -18,17 +18,17 @@ from typing import Any
 
 import torch
 
-from bench.data.stacked import NodeBatch, derive_seed
 from bench.core.errors import BenchInputError
+from bench.core.params import call_with_params, check_params
+from bench.data.stacked import NodeBatch, derive_seed
+from bench.defense.hooks import AdversaryPolicy, DefenseHooks, RoundContext, RunInfo
 from bench.protocols import PROTOCOLS, Protocol
 from bench.protocols.base import ProtocolContext
-from bench.core.params import call_with_params, check_params
 from bench.simulation import hook_contract
 from bench.simulation.aggregation_log import AggregationLog
 from bench.simulation.channel import Channel
 from bench.simulation.config import DTYPES, SimulationConfig
 from bench.simulation.flat import build_flat_model, output_size
-from bench.defense.hooks import AdversaryPolicy, DefenseHooks, RoundContext, RunInfo
 from bench.simulation.metrics import consensus_distance
 from bench.simulation.mixing_op import GossipMixer
 from bench.simulation.objective import NodeObjective, default_loss

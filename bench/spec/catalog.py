@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.errors import BenchInputError
+from bench.core.yaml_io import read_yaml
 from bench.spec.schema import SpecError, SuiteSpec, TaskSpec, parse_suites, parse_task
 from bench.spec.variants import is_family, variant_names, variant_task
-from bench.core.yaml_io import read_yaml
 
 SUITES_FILE = "suites.yaml"
 

@@ -15,9 +15,9 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bench.core.errors import BenchInputError, closest_name, did_you_mean, short_repr
+from bench.core.yaml_io import read_yaml  # noqa: F401  (the one YAML reader, re-exported)
 from bench.simulation.config import ParamValue, SimulationConfig
 from bench.threats.view import KNOWLEDGE_ITEMS
-from bench.core.yaml_io import read_yaml  # noqa: F401  (the one YAML reader, re-exported)
 
 
 class _Strict(BaseModel):

@@ -20,9 +20,9 @@ import networkx as nx
 import numpy as np
 import torch
 
+from bench.core.wire import WireError, dumps, loads
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import RunningTotal
-from bench.core.wire import WireError, dumps, loads
 
 if TYPE_CHECKING:
     from bench.simulation.flat import FlatModel

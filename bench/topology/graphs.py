@@ -31,8 +31,8 @@ from typing import Any
 import networkx as nx
 
 from bench.core.errors import BenchInputError, require, require_positive_int
-from bench.core.registry import Registry
 from bench.core.params import check_params
+from bench.core.registry import Registry
 
 GraphGenerator = Callable[..., nx.Graph]
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
+from bench.core.params import call_with_params
+from bench.defense.hooks import DefenseHooks, RunInfo
 from bench.defense.plugin import Defense, build_defense
 from bench.protocols import PROTOCOLS
-from bench.core.params import call_with_params
 from bench.simulation import Simulation
-from bench.defense.hooks import DefenseHooks, RunInfo
 from bench.simulation.messages import MessageBatch
 from bench.threats import Threat
 

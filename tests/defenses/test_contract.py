@@ -20,11 +20,11 @@ import pytest
 import torch
 from defense_runs import PROTOCOL_CONFIGS, REPO, defense, differs, protocol_of, run
 
-from bench.spec.catalog import Catalog
+from bench.defense.hooks import HOOK_NAMES, DefenseHooks
 from bench.defense.plugin import DEFENSES, load_all_defenses
 from bench.evaluation.audit import replay
-from bench.defense.hooks import HOOK_NAMES, DefenseHooks
 from bench.simulation.messages import SERVER
+from bench.spec.catalog import Catalog
 
 load_all_defenses(REPO)
 
@@ -149,8 +149,8 @@ def test_the_generator_of_a_tag_is_a_stream_and_generator_at_repeats():
     continues), the same seed the same run; ``generator_at`` restarts at the tag's seed."""
     from dataclasses import replace
 
-    from bench.defense.plugin import Defense
     from bench.defense.hooks import RunInfo
+    from bench.defense.plugin import Defense
 
     class Plain(Defense):
         pass

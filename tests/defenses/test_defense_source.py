@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from result_samples import sample_results
 
 from bench import cli
+from bench.core.errors import BenchInputError
+from bench.defense.plugin import DEFENSES, discover_defenses, load_all_defenses
 from bench.defense.sources import (
     ORIGINAL,
     PAPERS,
@@ -24,15 +26,13 @@ from bench.defense.sources import (
     source_record,
     summary_problem,
 )
-from bench.defense.plugin import DEFENSES, discover_defenses, load_all_defenses
-from bench.core.errors import BenchInputError
 from bench.leaderboard import files
 from bench.leaderboard.declared import checked_declarations
 from bench.leaderboard.entry import DefenseInfo, Entry, Verification
+from bench.leaderboard.site.entry_page import source_line, verification_line
 from bench.leaderboard.verify import VerifyReport
 from bench.results import provenance
 from bench.results.store import ResultStore
-from bench.leaderboard.site.entry_page import source_line, verification_line
 
 REPO = Path(__file__).resolve().parents[2]
 SUMMARY = "A test defense that changes nothing. It is aimed at no adversary."

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench.defense.plugin import build_defense
 from bench.core.errors import BenchInputError
+from bench.defense.plugin import build_defense
 from bench.defense.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
 from bench.simulation import Simulation
 from bench.topology import Topology

@@ -6,8 +6,8 @@ import pytest
 import torch
 from opacus.accountants import RDPAccountant
 
-from bench.defense.plugin import build_defense
 from bench.core.errors import BenchInputError
+from bench.defense.plugin import build_defense
 from bench.defense.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
 from bench.simulation import Simulation
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bench.attacks.observe.aggregate import aggregate_target
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
+from bench.attacks.observe.aggregate import aggregate_target
 from bench.attacks.observe.common_model import MODEL_KIND
 from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
-from bench.attacks.observe.gradients import GradientTarget, architecture, first_payloads, flat_model, input_shape
+from bench.attacks.observe.gradients import (
+    GradientTarget,
+    architecture,
+    first_payloads,
+    flat_model,
+    input_shape,
+)
 from bench.attacks.observe.targets import source_kinds, source_rounds
 from bench.core.errors import require_positive_int
 from bench.simulation.flat import FlatModel

@@ -42,7 +42,6 @@ import torch
 from torch.func import grad, vmap
 
 from bench.attacks.base import ATTACKS, AttackError, Reconstruction
-from bench.attacks.observe.gradients import flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.distance import gradient_distance
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.matching import (
@@ -56,10 +55,11 @@ from bench.attacks.inversion.optimizers import BatchedResult
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, label_hypotheses
 from bench.attacks.inversion.regularizers import total_variation
+from bench.attacks.observe.gradients import flat_model, input_shape, loss_function, loss_name
 from bench.attacks.observe.pdmm_observables import Observables, honest_nodes
-from bench.data.stacked import counter_hash
 from bench.core.errors import require_number, require_positive_int
 from bench.core.params import require_choice
+from bench.data.stacked import counter_hash
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View

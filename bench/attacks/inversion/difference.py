@@ -22,7 +22,6 @@ import torch
 from torch.func import grad
 
 from bench.attacks.base import ATTACKS, Reconstruction
-from bench.attacks.observe.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.matching import (
     MATCHING_METHODS,
@@ -34,6 +33,7 @@ from bench.attacks.inversion.matching import (
 )
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.inversion.problems import best_per_victim, build_problems
+from bench.attacks.observe.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
 from bench.attacks.observe.pdmm_observables import Observables
 from bench.core.errors import require_positive_int
 from bench.core.params import require_choice

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
+from bench.attacks.inversion.dlg_batched import BatchedDLG
+from bench.attacks.inversion.idlg import LABEL_LOSSES, idlg_label
+from bench.attacks.inversion.oracle_transform import DefenseTransform, node_gradient_variant
 from bench.attacks.observe.gradients import (
     GradientTarget,
     dummy_gradient,
@@ -19,14 +22,11 @@ from bench.attacks.observe.gradients import (
     loss_name,
     parameter_leaves,
 )
-from bench.attacks.inversion.idlg import LABEL_LOSSES, idlg_label
-from bench.attacks.inversion.dlg_batched import BatchedDLG
-from bench.attacks.inversion.oracle_transform import DefenseTransform, node_gradient_variant
-from bench.attacks.oracle import OracleClient
 from bench.attacks.observe.targets import NODE_SOURCES, gradient_targets, source_kinds
-from bench.data.stacked import counter_hash
+from bench.attacks.oracle import OracleClient
 from bench.core.errors import require, require_positive_int
 from bench.core.params import require_choice
+from bench.data.stacked import counter_hash
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View

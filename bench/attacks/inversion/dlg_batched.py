@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
-from bench.attacks.observe.gradients import flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.adaptive import matching_adaptation
 from bench.attacks.inversion.matching import MATCHES, OBJECTIVES, matching_fn
 from bench.attacks.inversion.optimizers import OPTIMIZERS, batched_adam, batched_lbfgs
 from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, Problems, best_per_victim, build_problems
-from bench.attacks.oracle import OracleClient
+from bench.attacks.observe.gradients import flat_model, input_shape, loss_function, loss_name
 from bench.attacks.observe.targets import SOURCES, gradient_targets, source_kinds, source_rounds
+from bench.attacks.oracle import OracleClient
 from bench.core.errors import require_number, require_positive_int
 from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel

@@ -37,9 +37,9 @@ import math
 
 import torch
 
-from bench.attacks import gradients
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.inversion.idlg import idlg_label
+from bench.attacks.observe import gradients
 from bench.attacks.observe.targets import NODE_SOURCES, gradient_targets, source_kinds, source_rounds
 from bench.core.errors import require
 from bench.core.params import require_choice

@@ -1,7 +1,8 @@
 """iDLG's label rule (Zhao, Mopuri & Bilen 2020): the label of a one-sample gradient read from
 the sign of its last layer, and the classification losses for which that sign says it.
 
-DLG (:mod:`bench.attacks.inversion.dlg`), the first-layer inversion (:mod:`bench.attacks.inversion.first_layer`) and
+DLG (:mod:`bench.attacks.inversion.dlg`), the first-layer inversion
+(:mod:`bench.attacks.inversion.first_layer`) and
 the label hypotheses of the batched inversions (:mod:`bench.attacks.inversion.problems`, with
 the batch label counts of :mod:`bench.attacks.inversion.label_counts`) read labels this way.
 """

@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
+from bench.attacks.inversion.adaptive import matching_adaptation
+from bench.attacks.inversion.matching import MATCHES, matching_fn
+from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
+from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
+from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
+from bench.attacks.inversion.regularizers import pixel_box
 from bench.attacks.observe.gradients import (
     GradientTarget,
     architecture,
@@ -13,14 +19,8 @@ from bench.attacks.observe.gradients import (
     loss_function,
     loss_name,
 )
-from bench.attacks.inversion.adaptive import matching_adaptation
-from bench.attacks.inversion.matching import MATCHES, matching_fn
-from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
-from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
-from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
-from bench.attacks.inversion.regularizers import pixel_box
-from bench.attacks.oracle import OracleClient
 from bench.attacks.observe.targets import SOURCES, gradient_targets, source_kinds, source_rounds
+from bench.attacks.oracle import OracleClient
 from bench.core.errors import require_number, require_positive_int
 from bench.core.params import require_choice
 from bench.threats import View

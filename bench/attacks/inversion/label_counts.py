@@ -65,7 +65,8 @@ def last_layer(model: FlatModel) -> tuple[ParamSlot, ParamSlot | None]:
 
     The last parameter is taken as the last layer's bias when it is one-dimensional and the
     parameter before it is a weight of the same module (``<prefix>.weight``) with as many rows;
-    a two-dimensional last parameter is a weight without a bias (as :func:`~bench.attacks.inversion.idlg.idlg_label`).
+    a two-dimensional last parameter is a weight without a bias (as
+    :func:`~bench.attacks.inversion.idlg.idlg_label`).
     """
     last = model.slots[-1]
     if len(last.shape) == 2:

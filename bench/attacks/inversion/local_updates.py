@@ -19,17 +19,6 @@ import torch
 from torch.func import grad, vmap
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.observe.gradients import (
-    GradientTarget,
-    architecture,
-    first_payloads,
-    flat_model,
-    input_shape,
-    knowledge,
-    loss_function,
-    loss_name,
-    server_targets,
-)
 from bench.attacks.inversion.idlg import LABEL_LOSSES
 from bench.attacks.inversion.matching import (
     OBJECTIVES,
@@ -53,6 +42,17 @@ from bench.attacks.inversion.problems import (
     enumeration_size,
 )
 from bench.attacks.inversion.regularizers import pixel_box, total_variation
+from bench.attacks.observe.gradients import (
+    GradientTarget,
+    architecture,
+    first_payloads,
+    flat_model,
+    input_shape,
+    knowledge,
+    loss_function,
+    loss_name,
+    server_targets,
+)
 from bench.core.errors import require_number, require_positive_int
 from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel
@@ -245,7 +245,7 @@ class UpdateTarget:
 
 def update_targets(view: View, round_: int) -> list[UpdateTarget]:
     """The clients' updates observed in ``round_``: the uploaded ``local_model`` minus the
-    ``global_model`` the client received at step 0 (:func:`~bench.attacks.observe.gradients.server_targets`)."""
+    ``global_model`` it received at step 0 (:func:`~bench.attacks.observe.gradients.server_targets`)."""
     if not first_payloads(view, round_, UPLOAD_KIND):
         raise AttackError(
             f"no messages of kind '{UPLOAD_KIND}' observed in round {round_} (the {view.threat} view "

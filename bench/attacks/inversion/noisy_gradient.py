@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bench.attacks.base import ATTACKS, Reconstruction
-from bench.attacks.observe.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.matching import matching_fn
 from bench.attacks.inversion.oracle_transform import (
     node_gradient_variant,
@@ -30,6 +29,7 @@ from bench.attacks.inversion.oracle_transform import (
 )
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
+from bench.attacks.observe.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
 from bench.attacks.observe.pdmm_observables import Observables
 from bench.core.params import require_choice
 from bench.threats import View

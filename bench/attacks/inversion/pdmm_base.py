@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 import torch
 
 from bench.attacks.base import Attack, AttackError, Requirement
-from bench.attacks.observe.gradients import architecture, input_shape
 from bench.attacks.inversion.matching import OBJECTIVES, BatchedFn
 from bench.attacks.inversion.optimizers import (
     OPTIMIZERS,
@@ -41,6 +40,7 @@ from bench.attacks.inversion.optimizers import (
     step_decay_milestones,
 )
 from bench.attacks.inversion.regularizers import pixel_box
+from bench.attacks.observe.gradients import architecture, input_shape
 from bench.attacks.observe.pdmm_observables import (
     MODELLED,
     Observables,

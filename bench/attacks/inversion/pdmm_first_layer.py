@@ -28,8 +28,8 @@ from __future__ import annotations
 from torch import nn
 
 from bench.attacks.base import ATTACKS, AttackError
-from bench.attacks.observe.gradients import flat_model, input_shape
 from bench.attacks.inversion.pdmm_analytic import PDMMAnalyticLogReg
+from bench.attacks.observe.gradients import flat_model, input_shape
 from bench.threats import View
 
 #: noisy gradients a ``rank1`` fit uses by default: each costs the transcript one round of Δz

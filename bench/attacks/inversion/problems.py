@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.attacks.observe.aggregate import drop_own
 from bench.attacks.base import AttackError, Reconstruction
-from bench.attacks.observe.gradients import GradientTarget
 from bench.attacks.inversion.idlg import LABEL_LOSSES, idlg_label
 from bench.attacks.inversion.label_counts import infer_label_counts
 from bench.attacks.inversion.optimizers import BatchedResult
+from bench.attacks.observe.aggregate import drop_own
+from bench.attacks.observe.gradients import GradientTarget
 from bench.data.stacked import counter_hash
 from bench.simulation.flat import FlatModel
 

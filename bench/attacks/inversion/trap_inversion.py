@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import torch
 
-from bench.threats.active.trap import trapped_inputs
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.observe.common_model import MODEL_KIND
 from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
@@ -14,6 +13,7 @@ from bench.attacks.observe.gradients import flat_model, input_shape
 from bench.attacks.observe.system_knowledge import recovery_rounds
 from bench.core.errors import require_positive_int
 from bench.threats import View
+from bench.threats.active.trap import trapped_inputs
 
 
 @ATTACKS.register(

@@ -9,16 +9,8 @@ import networkx as nx
 import numpy as np
 import torch
 
-from bench.attacks.inversion.analytic import invert_linear, linear_slots
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.observe.common_model import MODEL_KIND, common_model
-from bench.attacks.observe.gradients import (
-    GradientTarget,
-    architecture,
-    flat_model,
-    input_shape,
-    knowledge,
-)
+from bench.attacks.inversion.analytic import invert_linear, linear_slots
 from bench.attacks.inversion.inverting_gradients import InvertingGradients
 from bench.attacks.knowledge.dgd_system import (
     OBSERVATIONS,
@@ -30,6 +22,14 @@ from bench.attacks.knowledge.dgd_system import (
     split,
 )
 from bench.attacks.knowledge.knowledge_matrix import IDENTIFY_TOL, RANK_RTOL
+from bench.attacks.observe.common_model import MODEL_KIND, common_model
+from bench.attacks.observe.gradients import (
+    GradientTarget,
+    architecture,
+    flat_model,
+    input_shape,
+    knowledge,
+)
 from bench.attacks.observe.system_knowledge import own_half_steps
 from bench.core.errors import require, require_positive_int
 from bench.core.params import require_choice

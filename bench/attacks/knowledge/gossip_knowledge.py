@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.attacks import gradients
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.knowledge.exact_rowspace import exact_identifiable
 from bench.attacks.knowledge.knowledge_matrix import (
@@ -20,6 +19,7 @@ from bench.attacks.knowledge.knowledge_matrix import (
     reconstruct,
 )
 from bench.attacks.knowledge.noisy_knowledge import posterior_mean
+from bench.attacks.observe import gradients
 from bench.core.errors import require, require_positive_int
 from bench.core.params import require_choice
 from bench.threats import View

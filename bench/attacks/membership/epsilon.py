@@ -39,8 +39,8 @@ import numpy as np
 import torch
 from scipy.stats import beta
 
-from bench.core.errors import BenchInputError
 from bench.attacks.membership.roc import check_scores, roc_curve
+from bench.core.errors import BenchInputError
 
 
 def clopper_pearson_upper(k: np.ndarray | int, n: int, alpha: float) -> np.ndarray:

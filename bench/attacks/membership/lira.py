@@ -10,7 +10,8 @@ scores ``log Φ((φ_n − μ_out,n) / σ_out,n)`` — the one-sided likelihood t
 Online (``online: true``): every candidate is in half of the worlds — the attacker trains on
 the candidates it was given, not knowing which are members (filled up from the population) — and
 the score is the log-likelihood ratio of ``N(μ_in,n, σ²_in,n)`` and ``N(μ_out,n, σ²_out,n)``
-(:func:`bench.attacks.membership.likelihood_ratio.lira_online`). It costs the worlds' training the attacker could
+(:func:`bench.attacks.membership.likelihood_ratio.lira_online`). It costs the worlds' training the attacker
+could
 reuse offline for every target; it is the stronger attack at low FPR in Carlini et al.
 """
 
@@ -19,10 +20,10 @@ from __future__ import annotations
 import torch
 
 from bench.attacks.base import ATTACKS
-from bench.attacks.membership.reference_base import ReferenceAttack, ScoreInputs
-from bench.core.errors import require
 from bench.attacks.membership.likelihood_ratio import VARIANCES, lira_offline, lira_online
+from bench.attacks.membership.reference_base import ReferenceAttack, ScoreInputs
 from bench.attacks.membership.signals import signal
+from bench.core.errors import require
 from bench.core.params import require_choice
 
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from bench.core.errors import BenchInputError
 from bench.attacks.membership.roc import Roc, auroc, roc_curve
 from bench.attacks.membership.threshold_choice import oracle_threshold
+from bench.core.errors import BenchInputError
 
 TPR_RULES = ("step", "linear")
 #: the FPRs at which TPR is reported by default (0.1% and 1%)

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.core.errors import BenchInputError
 from bench.attacks.membership.roc import auroc
+from bench.core.errors import BenchInputError
 
 #: the grid ml_privacy_meter searches for ``a``
 A_GRID = tuple(i / 10 for i in range(11))

@@ -23,9 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from bench.attacks.base import Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.observe.gradients import architecture, flat_model
 from bench.attacks.membership.observed import check_rounds, requirement, resolve_rounds, stacked_targets
-from bench.core.errors import require
 from bench.attacks.membership.reference_worlds import (
     SOURCES,
     TRAINING_HOOKS,
@@ -33,6 +31,8 @@ from bench.attacks.membership.reference_worlds import (
     ReferenceWorldError,
     kept_worlds,
 )
+from bench.attacks.observe.gradients import architecture, flat_model
+from bench.core.errors import require
 from bench.core.params import require_choice
 from bench.simulation.config import SimulationConfig
 from bench.simulation.flat import FlatModel

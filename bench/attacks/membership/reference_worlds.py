@@ -42,12 +42,12 @@ import networkx as nx
 import numpy as np
 import torch
 
+from bench.attacks.membership.likelihood_ratio import half_splits
 from bench.data.dataset import ArrayDataset
 from bench.data.stacked import NodeData, derive_seed
-from bench.attacks.membership.likelihood_ratio import half_splits
+from bench.defense.hooks import DefenseHooks
 from bench.simulation.config import DTYPES, SimulationConfig
 from bench.simulation.engine import Simulation
-from bench.defense.hooks import DefenseHooks
 from bench.simulation.run_data import RunData
 from bench.threats import build_threat
 from bench.topology import Topology
@@ -145,7 +145,8 @@ def draw_online_worlds(
     n_candidates: int, n_population: int, counts: list[int], worlds: int, seed: int
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Online worlds (Carlini et al. 2022, Algorithm 1): every candidate is in exactly half of
-    the worlds (:func:`bench.attacks.membership.likelihood_ratio.half_splits`); a world holding fewer candidates
+    the worlds (:func:`bench.attacks.membership.likelihood_ratio.half_splits`); a world holding fewer
+    candidates
     than its ``Σ counts`` samples is filled from the population, one holding more keeps a random
     ``Σ counts`` of them. Indices are into ``[candidates; population]``; returns the parts of all
     ``worlds · n`` nodes and ``trained_on [K, C + Q]``."""

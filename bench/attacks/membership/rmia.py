@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 
 from bench.attacks.base import ATTACKS
-from bench.attacks.membership.reference_base import ReferenceAttack, ScoreInputs
-from bench.core.errors import require
 from bench.attacks.membership.pairwise_likelihood import rmia_scores, tune_offline_a
+from bench.attacks.membership.reference_base import ReferenceAttack, ScoreInputs
 from bench.attacks.membership.signals import signal
+from bench.core.errors import require
 
 
 @ATTACKS.register(

@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 import torch
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.observe.gradients import flat_model
 from bench.attacks.membership.decoded import (
     DECODED,
     build_decoder,
@@ -34,9 +33,10 @@ from bench.attacks.membership.observed import (
     resolve_rounds,
     stacked_targets,
 )
-from bench.core.errors import require
 from bench.attacks.membership.signals import SIGNALS, membership_score
 from bench.attacks.membership.threshold_choice import calibrated_threshold
+from bench.attacks.observe.gradients import flat_model
+from bench.core.errors import require
 from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel
 from bench.threats import View

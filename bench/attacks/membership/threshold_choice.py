@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.core.errors import BenchInputError
 from bench.attacks.membership.roc import check_scores, roc_curve
+from bench.core.errors import BenchInputError
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ A *source* names how the observed gradients ``g = ∇_θ L(θ; x, y)`` of a roun
 
 from __future__ import annotations
 
-from bench.attacks.observe.aggregate import AGGREGATE_SOURCES, aggregate_target
 from bench.attacks.base import AttackError
+from bench.attacks.model_recovery.sybil import sybil_models
+from bench.attacks.observe.aggregate import AGGREGATE_SOURCES, aggregate_target
 from bench.attacks.observe.common_model import MODEL_KIND, common_model
 from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
 from bench.attacks.observe.gradients import GradientTarget, knowledge, server_targets
-from bench.attacks.model_recovery.sybil import sybil_models
 from bench.attacks.observe.system_knowledge import recovery_rounds, victim_models
 from bench.threats import View
 

@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PACKAGE = REPO / "bench"
 ARCHITECTURE = REPO / "docs" / "architecture.md"
 HOOKS = REPO / "docs" / "hooks.md"
@@ -159,11 +159,11 @@ def _protocol_cell(cls: type, hook: str) -> str:
 
 def hooks_page() -> str:
     """The whole of ``docs/hooks.md``."""
-    from bench.defense.rowwise import RowwiseDefense
-    from bench.defense.plugin import Defense
     from bench.defense.dp import DPDefense, PerSampleDP
-    from bench.protocols import PROTOCOLS
     from bench.defense.hooks import HOOK_NAMES, DefenseHooks, RoundContext
+    from bench.defense.plugin import Defense
+    from bench.defense.rowwise import RowwiseDefense
+    from bench.protocols import PROTOCOLS
 
     round_hooks = [*HOOK_NAMES]
     round_hooks[1:1] = ["sample_weights", "sample_sum"]

@@ -33,8 +33,8 @@ import numpy as np
 from markupsafe import Markup
 
 from bench.attacks.membership.metrics import ROC_FPRS
-from bench.results.record import AttackOutcome, JobResult
 from bench.leaderboard.site.plots import BASELINE, inline_svg, svg_settings
+from bench.results.record import AttackOutcome, JobResult
 
 __all__ = ["membership_figures"]
 

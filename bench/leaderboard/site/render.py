@@ -26,11 +26,11 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup, escape
 
-from bench.results.reference import RANKED
 from bench.leaderboard.ranking import pareto_front, track_attacks
 from bench.leaderboard.site.cells import fmt, rows
 from bench.leaderboard.site.facets import track_facets
 from bench.leaderboard.site.summary import summary_matrix
+from bench.results.reference import RANKED
 
 if TYPE_CHECKING:
     from bench.leaderboard.entry import Entry

@@ -6,12 +6,12 @@ from typing import Any
 
 import torch
 
-from bench.threats.active.policy import POLICIES, ActivePolicy, Normalization
 from bench.core.errors import BenchInputError
-from bench.attacks.membership.marginalization import marginalize
 from bench.core.params import require_choice
-from bench.simulation.flat import FlatModel
 from bench.defense.hooks import RunInfo
+from bench.simulation.flat import FlatModel
+from bench.threats.active.marginalization import marginalize
+from bench.threats.active.policy import POLICIES, ActivePolicy, Normalization
 
 ECHOES = ("alg2", "eq6", "received")
 
@@ -22,7 +22,7 @@ ECHOES = ("alg2", "eq6", "received")
 class Echo(ActivePolicy):
     """Echo: each round the attacker ``A`` sends, to every neighbour instead of its own model,
     the victim's marginalized model ``Θ̃ = Θ̊_v^t``
-    (:func:`~bench.attacks.membership.marginalization.marginalize`): ``"alg2"`` — Algorithm 2's
+    (:func:`~bench.threats.active.marginalization.marginalize`): ``"alg2"`` — Algorithm 2's
     ``(k − 1) Θ_v − Σ_{u∈N(A)\\{v,A}} Θ_u``, ``"eq6"`` — Eq. 6's ``k Θ_v − Σ_{u∈N(A)\\v} Θ_u``
     (``k = |N(A)|``), or ``"received"`` — the victim's update itself (the fallback of Alg. 2
     when ``v`` is ``A``'s only neighbour, Fig. 15's "inferior but comparable" variant; also used

@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from bench.core.errors import BenchInputError
-from bench.core.registry import Registry
 from bench.core.params import require_choice
-from bench.simulation.flat import FlatModel
+from bench.core.registry import Registry
 from bench.defense.hooks import AdversaryPolicy, RoundContext, RunInfo
+from bench.simulation.flat import FlatModel
 from bench.simulation.messages import MessageBatch
 
 POLICIES: Registry = Registry("active policy")

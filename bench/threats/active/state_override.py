@@ -7,13 +7,13 @@ from typing import Any
 
 import torch
 
-from bench.threats.active.policy import POLICIES, ActivePolicy, Normalization
-from bench.threats.active.trap import trap_weights
-from bench.data.stacked import derive_seed
 from bench.core.errors import BenchInputError
 from bench.core.params import require_choice
-from bench.simulation.flat import FlatModel
+from bench.data.stacked import derive_seed
 from bench.defense.hooks import RunInfo
+from bench.simulation.flat import FlatModel
+from bench.threats.active.policy import POLICIES, ActivePolicy, Normalization
+from bench.threats.active.trap import trap_weights
 
 PAYLOADS = ("trap", "random")
 

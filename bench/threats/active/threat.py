@@ -18,7 +18,7 @@ from bench.threats.base import THREATS, Threat
 )
 class ActiveThreat(Threat):
     """``Ā^DL`` (Pasquini et al., S&P 2023, §2.2): a coalition running an active policy of
-    :mod:`bench.threats.active.threat` (which rewrites the models it sends, per receiver) and observing every
+    :mod:`bench.threats.active.policy` (which rewrites the models it sends, per receiver) and observing every
     message delivered to *or sent by* its members — the forged ones included — with its members'
     data and states. A task has at most one active threat: its policy changes the run, and every
     threat of the task observes that (attacked) run.
@@ -39,7 +39,7 @@ class ActiveThreat(Threat):
         policy: str = "state_override",
         policy_params: Mapping[str, Any] | None = None,
     ) -> None:
-        from bench.threats.active.threat import build_policy
+        from bench.threats.active.policy import build_policy
 
         super().__init__(coalition)
         self.policy_name = str(policy)
