@@ -1,11 +1,11 @@
 """bench: a benchmark of privacy attacks and defenses in federated and decentralized learning.
-The top-level modules hold what every part shares: task and suite specifications (``specs``,
-``variants``, ``yaml_io``, ``catalog``), registries (``registry``, ``registry_utils``), input
-errors (``errors``), plain data across processes (``wire``), the defense plugin interface
-(``defenses_api``, ``defense_ops``, ``defense_source``), scoring and ranking (``scoring``), the
-command line (``cli``, ``arguments``, ``spec_reference``) and the notebook API (``api``); each
-folder holds one concept of the pipeline that turns a task and a defense into a leaderboard
-entry (``docs/architecture.md``).
+Each folder holds one concept of the pipeline that turns a task and a defense into a leaderboard
+entry: the shared foundations (``core/``), what a task is (``spec/``), data, models, graphs and
+protocols (``data/``, ``models/``, ``topology/``, ``protocols/``), the engine (``simulation/``),
+defenses (``defense/``), threat models (``threats/``), attacks (``attacks/``), metrics
+(``metrics/``), running and scoring jobs (``evaluation/``), stored results (``results/``), the
+papers' claims (``claims/``), the leaderboard and its page (``leaderboard/``) and the command
+line (``cli``, ``commands/``) with the notebook API (``api``) (``docs/architecture.md``).
 """
 
 import os
@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 # large allocation). The stacked engine allocates round temporaries of tens to hundreds of MiB;
 # with 4 KiB pages, first-touch page faults cost more than the arithmetic (measured on 2 cores: a
 # 129 MiB clone 91 ms with 4 KiB pages, 40 ms with huge pages, 16 ms into an existing buffer; see
-# benchmarks/bandwidth.py). A user's own setting wins.
+# performance/bandwidth.py). A user's own setting wins.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 

@@ -27,13 +27,13 @@ from typing import Any
 
 import pandas as pd
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 __all__ = ["evaluate_defense", "load_leaderboard"]
 
 
 def _registered_name(cls: type) -> str:
-    from bench.defenses_api import DEFENSES
+    from bench.defense.plugin import DEFENSES
 
     names = [n for n, obj in DEFENSES.items() if obj is cls]
     if not names:
@@ -60,7 +60,7 @@ def _source_file(cls: type) -> Path:
 
 def _resolve(defense: Any, params: dict[str, Any] | None) -> tuple[str, dict[str, Any], Path | None]:
     """``(name, params, source file or None for a plugin of the root)`` of what was passed."""
-    from bench.defenses_api import Defense
+    from bench.defense.plugin import Defense
 
     if isinstance(defense, str):
         return defense, dict(params or {}), None
@@ -84,7 +84,7 @@ def _resolve(defense: Any, params: dict[str, Any] | None) -> tuple[str, dict[str
 @contextlib.contextmanager
 def _root_with(root: Path, name: str, source: Path | None) -> Iterator[Path]:
     """``root``, or a temporary root with its tasks and plugins and ``source`` as ``defenses/<name>.py``."""
-    from bench.defenses_api import defense_path, defenses_dir
+    from bench.defense.plugin import defense_path, defenses_dir
 
     if source is None:
         yield root
@@ -132,7 +132,7 @@ def evaluate_defense(
     ----------
     defense:
         A plugin name (``"gaussian_noise"``, parameters in ``params``), a registered
-        :class:`~bench.defenses_api.Defense` subclass (parameters in ``params``) or an instance
+        :class:`~bench.defense.plugin.Defense` subclass (parameters in ``params``) or an instance
         of one (its constructor arguments, updated by ``params``).
     suite, tasks, seeds, jobs:
         As ``evaluate``'s ``--suite``, ``--task``, ``--seeds`` and ``--jobs``.
@@ -154,22 +154,22 @@ def evaluate_defense(
     -------
     pandas.DataFrame
         One row per track for this defense configuration, the columns of
-        :func:`bench.scoring.entry_table` (privacy and utility mean ± std, per-attack leakage,
+        :func:`bench.leaderboard.ranking.entry_table` (privacy and utility mean ± std, per-attack leakage,
         worst attack, ε, seeds, failed jobs, the rank among the compared entries and the
         track's status).
 
     Raises
     ------
-    bench.errors.BenchInputError
+    bench.core.errors.BenchInputError
         Bad input (unknown defense or parameter, unknown task, a class without a source file),
         with the message ``python -m bench evaluate`` prints.
     """
-    from bench.catalog import bench_root
     from bench.cli import build_parser
     from bench.commands import COMMANDS
     from bench.commands.values import parse_defense
+    from bench.leaderboard.ranking import entry_table
     from bench.results.store import ResultStore
-    from bench.scoring import entry_table
+    from bench.spec.catalog import bench_root
 
     base = bench_root(root)
     name, params, source = _resolve(defense, params)
@@ -228,12 +228,12 @@ def load_leaderboard(entries: str | Path | None = None, suite: str | None = None
     Returns
     -------
     pandas.DataFrame
-        The rows of :func:`bench.scoring.entry_table` computed from the entries' job summaries
+        The rows of :func:`bench.leaderboard.ranking.entry_table` computed from the entries' job summaries
         (after ``leaderboard validate``'s checks), plus ``suite`` and ``verification``.
     """
-    from bench.catalog import bench_root
     from bench.leaderboard import files
-    from bench.scoring import entry_table
+    from bench.leaderboard.ranking import entry_table
+    from bench.spec.catalog import bench_root
 
     folder = Path(entries) if entries is not None else bench_root(None) / "leaderboard" / "entries"
     paths = files.entry_paths(folder if suite is None else folder / suite)

@@ -26,7 +26,7 @@ from bench.commands import (
     reproduce,
     simulate,
 )
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -41,7 +41,7 @@ COMMANDS.register("data", "list, download, verify and import real datasets")(cmd
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from bench.spec_reference import cmd_schema as run_schema
+    from bench.spec.reference import cmd_schema as run_schema
 
     return run_schema(args)
 
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bench.data.cli import add_data_parser
 
     add_data_parser(sub)
-    from bench.spec_reference import add_schema_parser
+    from bench.spec.reference import add_schema_parser
 
     add_schema_parser(sub)
     _debug_everywhere(sub)
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pydantic import ValidationError
 
         from bench.simulation.config import SimulationConfig
-        from bench.specs import validation_message
+        from bench.spec.schema import validation_message
 
         if isinstance(exc, ValidationError) and not args.debug:
             print(f"error: {validation_message(exc, model=SimulationConfig)}", file=sys.stderr)

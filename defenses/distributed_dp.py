@@ -7,12 +7,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.defenses_api import DEFENSES
-from bench.privacy import plan
-from bench.privacy.accounting import worst_epsilon_spent
-from bench.privacy.defense import PerSampleDP
-from bench.privacy.distributed import aggregate_noise_multiplier, share_sizes
-from bench.simulation.hooks import RoundContext, RunInfo
+from bench.defense.base import DEFENSES, PerSampleDP, RoundContext, RunInfo
+from bench.defense.privacy import plan
+from bench.defense.privacy.accounting import worst_epsilon_spent
+from bench.defense.privacy.distributed import aggregate_noise_multiplier, share_sizes
 
 FEDERATED = ("fedsgd", "fedavg")
 
@@ -32,7 +30,7 @@ class DistributedDP(PerSampleDP):
     sampled clients under FedSGD/FedAvg (the server's mean; ``weighting`` is set to
     ``"uniform"``), the self-inclusive neighbourhood ``|N(u)| = deg(u) + 1`` of its receivers
     in D-PSGD — the smallest of them, ``m_v = min_{u ∈ N(v)} |N(u)|``
-    (``bench.privacy.distributed``). The ``m`` shares of an aggregate add up to ``N(0, σ²C²)``:
+    (``bench.defense.privacy.distributed``). The ``m`` shares of an aggregate add up to ``N(0, σ²C²)``:
     the aggregate carries the noise of one central DP-SGD step with multiplier σ.
 
     Whom it protects against (both are recorded by :meth:`accounting`):

@@ -6,13 +6,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.defenses_api import DEFENSES
-from bench.privacy.accounting import epsilon_spent
-from bench.privacy.defense import DPDefense
-from bench.privacy.mechanism import clip_rows
+from bench.defense.base import DEFENSES, Aggregator, DPDefense, MessageBatch, RoundContext, RunInfo
+from bench.defense.privacy.accounting import epsilon_spent
+from bench.defense.privacy.mechanism import clip_rows
 from bench.protocols.federated import clients_per_round
-from bench.simulation.hooks import Aggregator, RoundContext, RunInfo
-from bench.simulation.messages import MessageBatch
 
 
 @DEFENSES.register(
@@ -45,7 +42,7 @@ class DPFedAvg(DPDefense):
     user: exact. Otherwise the engine samples ``k`` of ``N`` clients without replacement: a
     differing user displaces another (replace one user, sensitivity ``2S/k``: multiplier σ/2),
     accounted by the bound for sampling without replacement at ``q = k / N``
-    (``bench.privacy.accounting``, ``"rdp_wor"``) — the Poisson analysis is no bound there.
+    (``bench.defense.privacy.accounting``, ``"rdp_wor"``) — the Poisson analysis is no bound there.
 
     Parameters
     ----------
@@ -102,7 +99,7 @@ class DPFedAvg(DPDefense):
             if self.sigma == 0:
                 return out
             # the server's noise of round t: a function of the seed and t (no stream carried from
-            # call to call), so an aggregation recomputed alone gives the same (bench.runner.audit)
+            # call to call), so an aggregation recomputed alone gives the same (bench.evaluation.audit)
             gen = self.generator_at(f"dp_fedavg:noise:{ctx.round}", out.device)
             z = torch.normal(0.0, 1.0, size=out.shape, generator=gen, dtype=out.dtype, device=out.device)
             return out + z * (self.sigma * self.clip_norm / self.clients)

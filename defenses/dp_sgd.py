@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from bench.defenses_api import ALL_THREATS, DEFENSES
-from bench.privacy.defense import PerSampleDP
+from bench.defense.base import ALL_THREATS, DEFENSES, PerSampleDP
 
 
 @DEFENSES.register(
@@ -23,7 +22,7 @@ class DPSGD(PerSampleDP):
     any observer (the server, a neighbour, an eavesdropper, their coalitions), sample-level, for
     the ``T_v`` steps the node took.
 
-    Sampling and relation (``bench.privacy.plan``): ``"fixed"`` uses the minibatch of the task's
+    Sampling and relation (``bench.defense.privacy.plan``): ``"fixed"`` uses the minibatch of the task's
     batch plan (``d_v = B_v``). On full-batch tasks that is no subsampling (``q_v = 1``,
     add/remove one sample: exact). With minibatches of ``B_v < n_v`` samples drawn without
     replacement the relation is *replace one sample* (sensitivity ``2C``) and the accountant the

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pytorch_lightning.callbacks import Callback, EarlyStopping
 
-from bench.defenses_api import DEFENSES, Defense
-from bench.errors import require, require_number, require_positive_int
-from bench.simulation.hooks import RoundContext
+from bench.defense.base import DEFENSES, Defense, RoundContext, require, require_number, require_positive_int
 
 
 @DEFENSES.register("early_stopping", "stop training after max_rounds rounds or when val_acc stops improving")

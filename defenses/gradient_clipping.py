@@ -6,10 +6,15 @@ from typing import Any, Literal
 
 import torch
 
-from bench.defense_ops import RowwiseDefense, clip_rows, clip_scale
-from bench.defenses_api import DEFENSES
-from bench.errors import require, require_number
-from bench.simulation.hooks import RoundContext
+from bench.defense.base import (
+    DEFENSES,
+    RoundContext,
+    RowwiseDefense,
+    clip_rows,
+    clip_scale,
+    require,
+    require_number,
+)
 
 
 @DEFENSES.register(

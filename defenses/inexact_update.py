@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.defenses_api import DEFENSES, Defense
-from bench.errors import require_number, require_positive_int
+from bench.defense.base import DEFENSES, Defense, require_number, require_positive_int
 
 
 @DEFENSES.register(

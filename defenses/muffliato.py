@@ -6,11 +6,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.defenses_api import DEFENSES, Defense
-from bench.errors import require_number
-from bench.privacy.muffliato import pairwise_network_dp, pndp_report
-from bench.simulation.hooks import Aggregator, RoundContext
-from bench.simulation.messages import MessageBatch
+from bench.defense.base import DEFENSES, Aggregator, Defense, MessageBatch, RoundContext, require_number
+from bench.defense.privacy.muffliato import pairwise_network_dp, pndp_report
 
 
 @DEFENSES.register(
@@ -24,7 +21,7 @@ class Muffliato(Defense):
     there, added to the value each node broadcasts and to the value it keeps (the aggregation
     of its own state), so every later message is ``(W^k)_{w,:}(X + η)`` exactly.
 
-    Accounting (:mod:`bench.privacy.muffliato`): the exact pairwise Network-DP losses ``f(u, v)``
+    Accounting (:mod:`bench.defense.privacy.muffliato`): the exact pairwise Network-DP losses ``f(u, v)``
     of all pairs from ``W`` and ``K`` = rounds × gossip steps, reported as the largest and mean
     ``ε̄_v`` (the paper's summary statistic, not a guarantee: ``"epsilon"`` stays empty), the
     largest loss towards a direct neighbour (the local-DP level) and the mean ``f`` at each

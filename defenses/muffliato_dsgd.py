@@ -6,12 +6,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from bench.defense_ops import clip_rows
-from bench.defenses_api import DEFENSES, Defense
-from bench.errors import require, require_number
-from bench.privacy.accounting import DEFAULT_DELTA, epsilon_spent
-from bench.privacy.muffliato import pairwise_network_dp, pndp_report
-from bench.simulation.hooks import RoundContext
+from bench.defense.base import DEFENSES, Defense, RoundContext, clip_rows, require, require_number
+from bench.defense.privacy.accounting import DEFAULT_DELTA, epsilon_spent
+from bench.defense.privacy.muffliato import pairwise_network_dp, pndp_report
 
 
 @DEFENSES.register(
@@ -33,7 +30,7 @@ class MuffliatoDSGD(Defense):
     ``"epsilon"`` is that bound at ``δ``, by Opacus's RDP accountant (``q = 1``, ``T`` rounds as
     planned; replace-one-node adjacency, ``Δ = 2C``), an upper bound for every pair of nodes.
 
-    The pairwise network DP losses (:mod:`bench.privacy.muffliato`: private gossip averaging with
+    The pairwise network DP losses (:mod:`bench.defense.privacy.muffliato`: private gossip averaging with
     sensitivity ``S`` and noise ``σ`` over ``K`` gossip steps) are exact for the *first round*
     only, reported under ``"first_round"`` (max/mean ``ε̄_v``, neighbour level, ``f@d`` by graph
     distance). Over several rounds ``T · f`` is **not** a bound: a node's noisy half-step reaches

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from bench.defenses_api import ALL_THREATS, DEFENSES, Defense
-
-if TYPE_CHECKING:
-    from bench.protocols import Protocol
+from bench.defense.base import ALL_THREATS, DEFENSES, Defense, Protocol
 
 
 @DEFENSES.register("none", "no defense: the undefended baseline")

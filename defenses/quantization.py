@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-from bench.defenses_api import DEFENSES, Defense, check_kinds, kinds_reason
-from bench.errors import require, require_number
-from bench.simulation.hooks import RoundContext
-from bench.simulation.messages import MessageBatch
-
-if TYPE_CHECKING:
-    from bench.protocols import Protocol
+from bench.defense.base import (
+    DEFENSES,
+    Defense,
+    MessageBatch,
+    Protocol,
+    RoundContext,
+    check_kinds,
+    kinds_reason,
+    require,
+    require_number,
+)
 
 
 @DEFENSES.register("quantization", "uniform quantizer with cell width delta on transmitted messages")

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 
-from bench.defense_ops import column_blocks, norm_scale
-from bench.defenses_api import ALL_THREATS, DEFENSES, Defense
-from bench.errors import require, require_number, require_positive_int
-from bench.simulation.hooks import Aggregator, RoundContext
-from bench.simulation.messages import MessageBatch
-
-if TYPE_CHECKING:
-    from bench.protocols import Protocol
+from bench.defense.base import (
+    ALL_THREATS,
+    DEFENSES,
+    Aggregator,
+    Defense,
+    MessageBatch,
+    Protocol,
+    RoundContext,
+    column_blocks,
+    norm_scale,
+    require,
+    require_number,
+    require_positive_int,
+)
 
 
 @DEFENSES.register(

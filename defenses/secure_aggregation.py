@@ -6,15 +6,22 @@ from typing import Any
 
 import torch
 
-from bench.defenses_api import DEFENSES, Defense
-from bench.errors import BenchInputError, require
-from bench.registry_utils import require_choice
-from bench.secagg import SecureAggregator, check_sum_range, decode, encode
-from bench.secagg.fixed_point import MAX_K
-from bench.secagg.prg import PRGS
-from bench.secagg.protocol import Instance
-from bench.simulation.hooks import Aggregator, RoundContext, RunInfo
-from bench.simulation.messages import SERVER, MessageBatch
+from bench.defense.base import (
+    DEFENSES,
+    SERVER,
+    Aggregator,
+    BenchInputError,
+    Defense,
+    MessageBatch,
+    RoundContext,
+    RunInfo,
+    require,
+    require_choice,
+)
+from bench.defense.secagg import SecureAggregator, check_sum_range, decode, encode
+from bench.defense.secagg.fixed_point import MAX_K
+from bench.defense.secagg.prg import PRGS
+from bench.defense.secagg.protocol import Instance
 
 FEDERATED = ("fedsgd", "fedavg")
 GOSSIP = ("dpsgd", "gossip_averaging")
@@ -36,10 +43,11 @@ class SecureAggregation(Defense):
 
     and its receiver can remove the masks only from the sum over the group,
     ``Σ_{u∈U} y_u − Σ_{u∈U} PRG(b_u) − (masks shared with dropped users) = Σ_{u∈U} enc(w_u m_u)``
-    (:mod:`bench.secagg.protocol`). ``enc`` is the fixed-point encoding ``round(x · scale) mod 2^k``
-    (:mod:`bench.secagg.fixed_point`); ``s_{u,v}`` come from X25519 key agreement, the PRG is
-    AES-256-CTR or ChaCha20 (:mod:`bench.secagg.keys`, :mod:`bench.secagg.prg`); ``b_u`` and the
-    key-agreement secrets are Shamir-shared with threshold ``t`` (:mod:`bench.secagg.shamir`).
+    (:mod:`bench.defense.secagg.protocol`). ``enc`` is the fixed-point encoding ``round(x · scale) mod 2^k``
+    (:mod:`bench.defense.secagg.fixed_point`); ``s_{u,v}`` come from X25519 key agreement, the PRG is
+    AES-256-CTR or ChaCha20 (:mod:`bench.defense.secagg.keys`, :mod:`bench.defense.secagg.prg`); ``b_u`` and
+    the
+    key-agreement secrets are Shamir-shared with threshold ``t`` (:mod:`bench.defense.secagg.shamir`).
 
     * **FedSGD / FedAvg**: the group is the round's sampled clients, the receiver the server,
       ``w_u`` the protocol's unnormalized weight (1, or ``n_u`` with ``weighting="samples"``); the
@@ -69,11 +77,11 @@ class SecureAggregation(Defense):
     key agreement with fresh key pairs (Bonawitz et al.'s Round 0 per instance): the secret key
     of a dropped user that an unmasking reveals opens that instance only — two colluding
     receivers of one gossip step cannot combine it with the other's self-mask seed to read the
-    user's message (:mod:`bench.secagg.keys`).
+    user's message (:mod:`bench.defense.secagg.keys`).
 
     Cost. Per aggregation of ``m`` users: ``m`` key pairs and ``m(m−1)/2`` agreements,
     ``m(m−1)/2`` pairwise and ``m`` self-mask expansions of ``P`` elements, and
-    ``|U| + |U|·|D|`` expansions to unmask. ``benchmarks/secagg.py`` measures it.
+    ``|U| + |U|·|D|`` expansions to unmask. ``performance/secagg.py`` measures it.
 
     Parameters
     ----------

@@ -6,10 +6,15 @@ from typing import Any, Literal
 
 import torch
 
-from bench.defense_ops import RowwiseDefense, top_k_count, top_k_rows
-from bench.defenses_api import DEFENSES
-from bench.errors import require, require_positive_int
-from bench.simulation.hooks import RunInfo
+from bench.defense.base import (
+    DEFENSES,
+    RowwiseDefense,
+    RunInfo,
+    require,
+    require_positive_int,
+    top_k_count,
+    top_k_rows,
+)
 
 
 @DEFENSES.register(

@@ -7,9 +7,9 @@ import torch
 
 from bench.attacks import AttackError, build_attack
 from bench.claims.pasquini2023 import active_config as config
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
+from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
-from bench.runner.truth import Scorer
 from bench.simulation import Simulation
 from bench.threats import build_threat
 
@@ -42,8 +42,8 @@ def test_trap_override_then_exact_recovery_inverts_the_victims_batch():
     # without the override the same round's gradient is not trapped: far fewer exact samples
     plain = Simulation(cfg, threats={"nb": build_threat("neighbors", coalition=[0])}, record_rounds=range(4))
     plain.run(4)
-    from bench.active.trap import trapped_inputs
-    from bench.attacks.gradient_recovery import recover_neighbor_gradients
+    from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
+    from bench.threats.active.trap import trapped_inputs
 
     grad = recover_neighbor_gradients(plain.view("nb"), 2)[1]
     x, _ = trapped_inputs(plain.view("nb").model, grad, 16)
@@ -96,7 +96,7 @@ def test_attacker_placement_rules():
     victim's other neighbours (its echoes reach the victim second-hand soonest)."""
     import networkx as nx
 
-    from bench.active.placement import place_attacker
+    from bench.threats.active.placement import place_attacker
 
     g = nx.Graph([(0, 1), (0, 2), (0, 3), (1, 4), (1, 5), (1, 6), (1, 7), (2, 3)])
     assert place_attacker(g, 0, "max_degree") == 1  # degree 5

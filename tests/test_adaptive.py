@@ -8,11 +8,11 @@ import torch
 from test_pdmm_attacks import attack_error
 
 from bench.attacks import build_attack
-from bench.attacks.pdmm_analytic import rank_one_direction
-from bench.attacks.reconstruction.pdmm_observables import SolverModel
+from bench.attacks.inversion.pdmm_analytic import rank_one_direction
+from bench.attacks.observe.pdmm_observables import SolverModel
+from bench.evaluation.adaptive import ADAPTIVE_SUFFIX, with_adaptive
+from bench.leaderboard.ranking import entry_table, worst_attack
 from bench.results.record import AttackOutcome, JobResult
-from bench.runner.adaptive import ADAPTIVE_SUFFIX, with_adaptive
-from bench.scoring import entry_table, worst_attack
 
 
 # ------------------------------------------------------------------ the inexact-solver observer

@@ -8,7 +8,7 @@ from torch import nn
 
 from bench.attacks import build_attack
 from bench.attacks.inversion.matching import matching_fn
-from bench.defense_ops import top_k_rows
+from bench.defense.rowwise import top_k_rows
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LOSSES
 

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 import bench
-from bench.defenses_api import DEFENSES, Defense, load_defense_module
-from bench.errors import BenchInputError
-from bench.scoring import tables_by_track
+from bench.core.errors import BenchInputError
+from bench.defense.plugin import DEFENSES, Defense, load_defense_module
+from bench.leaderboard.ranking import tables_by_track
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "gaussians_logreg_fedsgd"
@@ -23,7 +23,7 @@ MODULE = '''
 
 import torch
 
-from bench.defenses_api import DEFENSES, Defense
+from bench.defense.plugin import DEFENSES, Defense
 
 
 @DEFENSES.register("api_test_noise", "Gaussian noise on messages (API test)")

@@ -10,9 +10,9 @@ import torch
 
 from bench.attacks import ATTACKS
 from bench.attacks.applicability import NOT_RUN, applies
-from bench.attacks.first_layer import first_layer_estimate
-from bench.catalog import Catalog
-from bench.runner.planning import build_attacks
+from bench.attacks.inversion.first_layer import first_layer_estimate
+from bench.evaluation.planning import build_attacks
+from bench.spec.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ MASK_MODULE = '''
 
 import torch
 
-from bench.defenses_api import DEFENSES, Defense
+from bench.defense.plugin import DEFENSES, Defense
 
 
 @DEFENSES.register("random_mask_test", "random coordinate mask, rescaled (test)")
@@ -114,7 +114,7 @@ def test_the_first_layer_attack_breaks_a_random_mask_that_hides_from_the_matchin
     import sys
 
     import bench
-    from bench.defenses_api import DEFENSES
+    from bench.defense.plugin import DEFENSES
 
     path = tmp_path / "random_mask_test.py"
     path.write_text(MASK_MODULE)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench.attacks import ATTACKS, AttackError, Requirement, build_attack
-from bench.attacks.gradient_recovery import recover_neighbor_gradients
+from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
 from bench.metrics import DataInfo, Truth, build_metric
 from bench.simulation import Simulation
 from bench.threats import build_threat

@@ -361,7 +361,7 @@ def test_a_root_without_tasks_and_a_suite_naming_a_missing_task(tmp_path, capsys
         ("non-UTF-8 bytes", b"\xff\xfe not python\n", "utf-8"),
         (
             "takes another defense's name",
-            "from bench.defenses_api import DEFENSES, Defense\n"
+            "from bench.defense.plugin import DEFENSES, Defense\n"
             "@DEFENSES.register('none', 'x')\nclass N(Defense):\n    pass\n",
             "registers none",
         ),
@@ -435,7 +435,7 @@ def test_a_failing_job_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     """A defense that raises inside a round fails its own job, with the reason; the others run."""
     root = make_root(tmp_path)
     (root / "defenses" / "faulty.py").write_text(
-        "from bench.defenses_api import DEFENSES, Defense\n"
+        "from bench.defense.plugin import DEFENSES, Defense\n"
         "@DEFENSES.register('faulty', 'raises in round 2')\n"
         "class Faulty(Defense):\n"
         "    def outgoing(self, msgs, ctx):\n"

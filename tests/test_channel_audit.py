@@ -1,4 +1,4 @@
-"""The channel audit (bench.runner.audit): data reaches a receiver only in delivered messages.
+"""The channel audit (bench.evaluation.audit): data reaches a receiver only in delivered messages.
 
 Each hostile plugin below stores the true messages somewhere outside the channel in ``outgoing``,
 sends noise, and puts the stored messages back in ``wrap_aggregation``: training is unchanged and
@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 from test_containment import evaluate, make_root, tiny_task
 
-from bench.scoring import entry_table
+from bench.leaderboard.ranking import entry_table
 
 ANALYTIC = {"name": "analytic_logreg", "params": {"rounds": [0, 1, 2, 3]}}
 
 _HEAD = """
 import torch
-from bench.defenses_api import DEFENSES, Defense
+from bench.defense.plugin import DEFENSES, Defense
 
 STASH = {}
 """
@@ -111,8 +111,8 @@ class Flip(Defense):
 def test_the_log_keeps_a_uniform_sample_of_the_calls_beyond_its_budget():
     import torch
 
+    from bench.defense.hooks import RoundContext
     from bench.simulation.aggregation_log import MIN_CALLS, AggregationLog
-    from bench.simulation.hooks import RoundContext
     from bench.simulation.messages import MessageBatch
 
     log = AggregationLog(budget=1)  # every call is over budget: MIN_CALLS are kept
@@ -126,9 +126,9 @@ def test_the_log_keeps_a_uniform_sample_of_the_calls_beyond_its_budget():
 
 
 def test_a_file_outside_the_private_scratch_folder_cannot_be_written(tmp_path):
-    """The simulation process writes only into its own scratch folder (bench.runner.sandbox): a
+    """The simulation process writes only into its own scratch folder (bench.evaluation.sandbox): a
     stash at a fixed path fails the job, and the entry is not ranked."""
-    from bench.runner.sandbox import landlock_abi
+    from bench.evaluation.sandbox import landlock_abi
 
     assert landlock_abi() >= 1, "this machine's kernel has Landlock; the sandbox test needs it"
     shared = tmp_path / "shared"
@@ -166,7 +166,7 @@ def test_a_hook_that_mixes_the_nodes_rows_is_refused(tmp_path, hook):
     every client behind an aggregate no protocol computed: refused by the row-locality check."""
     name = f"mean_{hook}"
     body = (
-        "import torch\nfrom bench.defenses_api import DEFENSES, Defense\n\n\n"
+        "import torch\nfrom bench.defense.plugin import DEFENSES, Defense\n\n\n"
         f"@DEFENSES.register({name!r}, 'hostile: every client sends the mean of all clients')\n"
         "class MeanOfAll(Defense):\n    protocols = ('fedsgd',)\n" + MEAN_OF_ALL[hook]
     )

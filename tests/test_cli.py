@@ -113,7 +113,7 @@ def test_malformed_yaml_names_the_line(tmp_path, capsys):
 
 
 def test_debug_shows_the_traceback():
-    from bench.errors import BenchInputError
+    from bench.core.errors import BenchInputError
 
     with pytest.raises(BenchInputError):
         main(["--debug", "simulate", "--topology", "tours", "--protocol", "dpsgd"])
@@ -167,7 +167,7 @@ def test_parse_defense_reads_values_like_a_task_file(text, params):
 )
 def test_parse_defense_errors_name_the_field_and_the_value(text, field, value, reason):
     from bench.commands.values import parse_defense
-    from bench.errors import BenchInputError
+    from bench.core.errors import BenchInputError
 
     with pytest.raises(BenchInputError) as info:
         parse_defense(text)

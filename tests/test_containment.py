@@ -68,10 +68,10 @@ def test_in_place_edits_do_not_reach_the_next_attack(tmp_path):
 
 HOSTILE_DEFENSE = """
     import bench.metrics.vector as vector
-    import bench.runner.truth as truth
-    import bench.scoring as scoring
+    import bench.evaluation.truth as truth
+    import bench.leaderboard.ranking as scoring
     import bench.results.store as store
-    from bench.defenses_api import DEFENSES, Defense
+    from bench.defense.plugin import DEFENSES, Defense
 
     # everything a defense could patch to game its score, patched at import and at bind
     def patch():
@@ -113,12 +113,12 @@ def test_a_defense_cannot_change_how_it_is_scored(tmp_path):
 
 def test_defense_code_runs_only_in_the_simulation_process(tmp_path):
     """The plugin runs in the probe and in the simulation process, never in the scorer's. The
-    simulation process is sandboxed (bench.runner.sandbox): its attempt to write the marker file
+    simulation process is sandboxed (bench.evaluation.sandbox): its attempt to write the marker file
     fails, so it reports its process id through its accounting instead."""
     marker = tmp_path / "pids.txt"
     source = f"""
         import os
-        from bench.defenses_api import DEFENSES, Defense
+        from bench.defense.plugin import DEFENSES, Defense
 
         try:
             with open({str(marker)!r}, "a") as f:
@@ -168,7 +168,7 @@ def test_the_view_holds_no_private_knowledge_and_no_model_object():
 
 
 BROKEN_HOOK = """
-    from bench.defenses_api import DEFENSES, Defense
+    from bench.defense.plugin import DEFENSES, Defense
 
     @DEFENSES.register("broken_shape", "returns one number per node instead of a gradient")
     class BrokenShape(Defense):
@@ -177,7 +177,7 @@ BROKEN_HOOK = """
 """
 
 SCALED_MESSAGES = """
-    from bench.defenses_api import DEFENSES, Defense
+    from bench.defense.plugin import DEFENSES, Defense
 
     @DEFENSES.register("scaled", "scales its messages a little")
     class Scaled(Defense):
@@ -221,7 +221,7 @@ def test_a_defense_can_read_neither_its_parents_arguments_nor_the_store_nor_writ
     out = tmp_path / "out"
     source = f"""
         import os
-        from bench.defenses_api import DEFENSES, Defense
+        from bench.defense.plugin import DEFENSES, Defense
 
         def attempt(path, mode):
             try:
@@ -266,7 +266,7 @@ def test_evaluate_refuses_to_run_defense_code_unsandboxed_unless_told(tmp_path, 
     """Issue 39, item 1: on a kernel without Landlock, ``evaluate`` stops with a clear error (exit
     2, nothing run) unless ``--unsandboxed``; where Landlock exists, that flag would change
     nothing and is refused."""
-    from bench.runner import sandbox
+    from bench.evaluation import sandbox
 
     root = make_root(tmp_path, tiny_task([ANALYTIC]))
     argv = ["evaluate", "--root", str(root), "--out", str(tmp_path / "out"), "--no-progress"]

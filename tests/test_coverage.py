@@ -14,7 +14,7 @@ import pandas as pd
 from bench.api import load_leaderboard
 from bench.leaderboard.coverage import expected_jobs, gap
 from bench.leaderboard.files import load_entry
-from bench.scoring import pareto_front, tables_by_track
+from bench.leaderboard.ranking import pareto_front, tables_by_track
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = ROOT / "leaderboard" / "entries" / "quick"

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from bench.core.errors import BenchInputError
 from bench.data import load_dataset
 from bench.data.partition import fixed_size, iid
-from bench.errors import BenchInputError
 from bench.models import build_model
 from bench.simulation.flat import FlatModel
 

@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 import torch
 
+from bench.core.errors import BenchInputError
 from bench.data import cache, load_dataset, manage
 from bench.data.cli import add_data_parser, cmd_data
 from bench.data.files import Checksum, DataFile, Layout, cache_dir
 from bench.data.formats import FormatError, load_pickle
 from bench.data.partition import attribute
 from bench.data.sources import SOURCES
-from bench.errors import BenchInputError
 
 RNG = np.random.default_rng(0)
 

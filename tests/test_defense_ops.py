@@ -1,9 +1,9 @@
-"""``bench.defense_ops``: the row-wise operators shared by defenses."""
+"""``bench.defense.rowwise``: the row-wise operators shared by defenses."""
 
 import pytest
 import torch
 
-from bench.defense_ops import clip_rows, column_blocks, norm_scale, top_k_count, top_k_rows
+from bench.defense.rowwise import clip_rows, column_blocks, norm_scale, top_k_count, top_k_rows
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The defense oracle (bench.runner.oracle) and the generic defense-aware variants (``+oracle``).
+"""The defense oracle (bench.evaluation.oracle) and the generic defense-aware variants (``+oracle``).
 
 The oracle answers ``F = dist(D(G), g)`` and ``∂F/∂G`` for attacker-chosen per-sample gradients
 ``G``, where ``D`` is the victim's send pipeline through the defense's hooks; the ``+oracle``
@@ -17,14 +17,14 @@ import torch
 from test_containment import evaluate, make_root, outcomes, tiny_task
 
 from bench.attacks.inversion.distance import gradient_distance
-from bench.defense_ops import clip_rows
+from bench.core.params import call_with_params
+from bench.core.wire import blob
+from bench.defense.rowwise import clip_rows
+from bench.evaluation import oracle
+from bench.evaluation.adaptive import ORACLE_SUFFIX, with_adaptive
+from bench.evaluation.planning import build_attacks
 from bench.protocols import PROTOCOLS
-from bench.registry_utils import call_with_params
-from bench.runner import oracle
-from bench.runner.adaptive import ORACLE_SUFFIX, with_adaptive
-from bench.runner.planning import build_attacks
-from bench.specs import parse_task
-from bench.wire import blob
+from bench.spec.schema import parse_task
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: undoes it before it averages — no attack knows it by name
 ROTATION = """
 import torch
-from bench.defenses_api import DEFENSES, Defense
+from bench.defense.plugin import DEFENSES, Defense
 
 
 @DEFENSES.register("rotation", "a fixed random orthogonal rotation of each upload, undone by the server")
@@ -313,7 +313,7 @@ def test_a_rotation_of_fedavg_uploads_is_broken_by_generic_update_matching(tmp_p
 def test_the_update_pipeline_is_answered_in_closed_form(tmp_path):
     """``D(Δ) = outgoing(local_update(θ + Δ, θ)) − θ`` for a defense that halves the message."""
     source = """
-from bench.defenses_api import DEFENSES, Defense
+from bench.defense.plugin import DEFENSES, Defense
 
 
 @DEFENSES.register("halve", "halve the uploads")
@@ -347,7 +347,7 @@ def test_the_generic_variant_is_as_strong_as_the_name_keyed_one(tmp_path, monkey
     """On the quick track of gradient inversion under FedSGD, wherever a name-keyed ``+adaptive`` variant and
     the generic ``+oracle`` variant both run against top-k, quantization, message noise and
     clipping, the generic one leaks at least as much, to within 0.05."""
-    from bench.runner import job
+    from bench.evaluation import job
 
     monkeypatch.setattr(job, "ORACLE_SKIP_LEAKAGE", 2.0)  # run every generic variant
     defenses = ["top_k:fraction=0.1", "quantization:delta=0.01", "gaussian_noise:sigma=0.01"]
@@ -395,7 +395,7 @@ def _worlds_query(o: oracle.DefenseOracle) -> dict:
 def test_reference_worlds_are_trained_under_the_defense_in_the_oracle():
     """The generic membership variants calibrate on worlds trained with the defense's hooks: a
     clipping norm no gradient reaches gives exactly the undefended worlds; a tight one moves them."""
-    from bench.membership.reference import reference_worlds_at
+    from bench.attacks.membership.reference_worlds import reference_worlds_at
 
     source = (REPO / "defenses" / "gradient_clipping.py").read_bytes()
     o = _task("gradient_clipping", {"max_norm": 1e6}, source)
@@ -415,7 +415,7 @@ def test_every_committed_defense_is_answered_on_fedsgd():
     """The oracle runs each committed defense's hooks on a few nodes' rows under autograd: every
     example answers finite values and gradients, or — secure aggregation's ring elements —
     refuses with a reason (the generic variant then fails, as the standard attacks do)."""
-    from bench.defenses_api import DEFENSES, discover_defenses, load_defense_module
+    from bench.defense.plugin import DEFENSES, discover_defenses, load_defense_module
 
     for name in discover_defenses(REPO):
         load_defense_module(name, REPO)

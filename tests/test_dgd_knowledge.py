@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, build_attack
-from bench.attacks.reconstruction.dgd_system import (
+from bench.attacks.knowledge.dgd_system import (
     dgd_covariance,
     dgd_knowledge,
     gls,
@@ -16,8 +16,8 @@ from bench.attacks.reconstruction.dgd_system import (
     split,
 )
 from bench.claims.bellet2024_dgd import dgd_messages
+from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
-from bench.runner.truth import Scorer
 from bench.simulation import Simulation
 from bench.threats import build_threat
 from bench.topology import Topology
@@ -141,9 +141,9 @@ def dgd_run(
 def test_the_attackers_sent_models_are_their_half_steps():
     """What :func:`observations` takes as the coalition's own messages (from its mixing) equals
     its half-step ``θ_a^t − γ ∇ℓ(θ_a^t; x_a)`` computed from its own data."""
-    from bench.attacks.common_model import common_model
-    from bench.attacks.dgd_knowledge import observations
-    from bench.attacks.gradients import dummy_gradient, loss_function, parameter_leaves
+    from bench.attacks.knowledge.dgd_knowledge import observations
+    from bench.attacks.observe.common_model import common_model
+    from bench.attacks.observe.gradients import dummy_gradient, loss_function, parameter_leaves
 
     sim = dgd_run(coalition=(8,), lr=0.05, rounds=4)
     view = sim.view("nb")
@@ -252,7 +252,7 @@ def test_secure_aggregation_hides_messages_but_not_the_aggregate_rows():
     numerically rank-deficient for 60 rounds). A fine fixed-point encoding (2^40) is used: the
     default 2^16 rounds every aggregate by ~1e-5, far above what lr 1e-5 moves a model in a
     round, and the rounding, amplified by the system's conditioning, defeats the attack."""
-    from bench.defenses_api import build_defense
+    from bench.defense.plugin import build_defense
 
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     defense = build_defense("secure_aggregation", {"k": 62, "scale": 2.0**40}, root, None)

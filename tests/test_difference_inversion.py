@@ -59,7 +59,7 @@ def test_fedsgd_inversion_beats_pdmm_gradient_difference_inversion():
 def test_bad_attack_parameters_are_clear_errors():
     import pytest
 
-    from bench.errors import BenchInputError
+    from bench.core.errors import BenchInputError
 
     for name, kw, field in [
         ("pdmm_difference_inversion", {"restarts": 0}, "attack.restarts"),

@@ -1,5 +1,5 @@
 """The generated documentation is current and complete: the module map of ``docs/architecture.md``
-and the hook reference ``docs/hooks.md`` equal what ``python -m bench.site.docs`` renders from the
+and the hook reference ``docs/hooks.md`` equal what ``python -m bench.leaderboard.site.docs`` renders from the
 docstrings, the map lists every package and module of ``bench``, every package says what it is in
 one paragraph, and the hook table lives in ``docs/hooks.md`` only."""
 
@@ -9,9 +9,9 @@ import ast
 import re
 from pathlib import Path
 
+from bench.defense.hooks import HOOK_NAMES
+from bench.leaderboard.site import docs
 from bench.protocols import PROTOCOLS
-from bench.simulation.hooks import HOOK_NAMES
-from bench.site import docs
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "bench"
@@ -65,7 +65,7 @@ def test_every_package_says_what_it_is_in_one_paragraph():
 
 
 def test_every_hook_says_when_it_is_called_and_what_it_returns():
-    from bench.defenses_api import Defense
+    from bench.defense.plugin import Defense
 
     for name in [*HOOK_NAMES, "sample_weights", "sample_sum", *docs.DECLARATIONS]:
         summary, parts = docs.sections(getattr(Defense, name).__doc__ or "")

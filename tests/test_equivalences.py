@@ -81,7 +81,7 @@ def test_vectorized_gradients_equal_per_node_modules(dataset, model, params, vec
 
 
 def test_stacked_path_is_refused_for_unsupported_architectures():
-    from bench.errors import BenchInputError
+    from bench.core.errors import BenchInputError
     from bench.simulation.flat import FlatModel
     from bench.simulation.objective import NodeObjective
 

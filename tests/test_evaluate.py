@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 import tests.support.bench_root as support
-from bench.catalog import Catalog, bench_root
+from bench.spec.catalog import Catalog, bench_root
 from bench.cli import main
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.results.store import ResultStore
-from bench.runner.planning import build_attacks
+from bench.evaluation.planning import build_attacks
 from tests.support.bench_root import REPO, TINY_LOGREG, diverging_task, run_evaluate
 
 LOGREG_TASK = TINY_LOGREG
@@ -276,7 +276,7 @@ def test_ranking_reflects_noise_on_digits_fedsgd(tmp_path, capsys):
     assert grid.is_file() and grid.stat().st_size > 100  # reconstructions saved for the page
     assert noisy.privacy["server"] > clean.privacy["server"] + 0.5
     assert noisy.utility < clean.utility
-    from bench.scoring import entry_table
+    from bench.leaderboard.ranking import entry_table
 
     table = entry_table(list(results.values())).set_index("defense")
     if table.loc["gaussian_noise(sigma=1.0)", "above_floor"]:

@@ -89,7 +89,7 @@ def test_export_validate_build_with_images(run: tuple[list, Path], tmp_path: Pat
 
 
 def test_png_size_is_read_for_the_img_box() -> None:
-    from bench.site.render import _png_size
+    from bench.leaderboard.site.render import _png_size
 
     buf = io.BytesIO()
     save_image(torch.zeros(3, 1, 8, 8), buf, format="png", nrow=3)
@@ -138,7 +138,7 @@ def test_a_grid_is_shown_as_labelled_pairs_of_truth_and_reconstruction() -> None
     import numpy as np
     from PIL import Image
 
-    from bench.site.pairs import GAP, labelled_pairs
+    from bench.leaderboard.site.pairs import GAP, labelled_pairs
 
     truth = [torch.full((2, 1, 8, 8), 0.2 + 0.1 * v) for v in range(3)]
     recon = [torch.full((2, 1, 8, 8), 0.25 + 0.1 * v) for v in range(3)]

@@ -7,17 +7,17 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, build_attack
-from bench.attacks.reconstruction.exact_rowspace import rational_mixing
-from bench.attacks.reconstruction.knowledge_matrix import (
+from bench.attacks.knowledge.exact_rowspace import rational_mixing
+from bench.attacks.knowledge.knowledge_matrix import (
     identified_by_step,
     identify,
     knowledge_rows,
     knowledge_system,
     structural_rows,
 )
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
+from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
-from bench.runner.truth import Scorer
 from bench.simulation import Simulation
 from bench.threats import build_threat
 from bench.topology import Topology
@@ -117,8 +117,8 @@ def test_the_defense_aware_variant_recovers_what_noise_hides_from_the_exact_solv
     worse than the prior: no leakage), while the posterior mean under the declared noise
     (``adapt``) stays close to the values: a small perturbation is not a perfect privacy score.
     Without noise the posterior mean of an identifiable node is its exact value."""
-    from bench.defenses_api import build_defense
-    from bench.runner.adaptive import with_adaptive
+    from bench.defense.plugin import build_defense
+    from bench.evaluation.adaptive import with_adaptive
 
     attack = build_attack("gossip_knowledge_matrix", rounds=30)
     assert attack.adapt("gaussian_noise", {"sigma": 0.1}) == {"noise_var": pytest.approx(0.01)}

@@ -13,7 +13,7 @@ from bench.attacks.inversion.difference import difference_fn
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.matching import matching_fn, matching_value_and_grad
 from bench.attacks.inversion.regularizers import total_variation
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LOSSES
 

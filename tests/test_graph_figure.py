@@ -4,7 +4,7 @@ import re
 
 import networkx as nx
 
-from bench.site.graph_figure import COLOURS, graph_svg, per_victim_flags
+from bench.leaderboard.site.graph_figure import COLOURS, graph_svg, per_victim_flags
 
 
 def test_every_node_is_one_circle_of_its_state():

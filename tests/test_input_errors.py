@@ -8,11 +8,11 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from bench.catalog import Catalog
-from bench.errors import BenchInputError, closest_name
-from bench.registry import Registry
+from bench.core.errors import BenchInputError, closest_name
+from bench.core.registry import Registry
 from bench.simulation.config import SimulationConfig
-from bench.specs import DefenseSpec, SuiteSpec, TaskSpec, validation_message
+from bench.spec.catalog import Catalog
+from bench.spec.schema import DefenseSpec, SuiteSpec, TaskSpec, validation_message
 
 TASK = """\
 name: t

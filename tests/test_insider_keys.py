@@ -14,15 +14,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.defense.hooks import DefenseHooks
 from bench.simulation import Simulation
-from bench.simulation.hooks import DefenseHooks
 from bench.simulation.messages import SERVER
 from bench.threats import build_threat
 from tests.support.bench_root import evaluated_store, make_root, tiny_task
 
 _SECRET = """
 import torch
-from bench.defenses_api import DEFENSES, Defense
+from bench.defense.plugin import DEFENSES, Defense
 
 
 @DEFENSES.register("{name}", "a secret every node shares: {what}")

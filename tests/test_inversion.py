@@ -10,13 +10,13 @@ import torch
 from torch import nn
 
 from bench.attacks import ATTACKS, AttackError
-from bench.attacks.gradients import dummy_gradient, parameter_leaves
 from bench.attacks.inversion.dlg_batched import BatchedDLG
 from bench.attacks.inversion.inverting_gradients import InvertingGradients
 from bench.attacks.inversion.matching import matching_fn, matching_value_and_grad
 from bench.attacks.inversion.optimizers import batched_adam, batched_lbfgs, step_decay_milestones
 from bench.attacks.inversion.problems import label_hypotheses
 from bench.attacks.inversion.regularizers import total_variation
+from bench.attacks.observe.gradients import dummy_gradient, parameter_leaves
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LOSSES
 from bench.threats import PublicKnowledge

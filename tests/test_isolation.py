@@ -1,4 +1,4 @@
-"""Processes of the trust boundary (bench/runner/isolation.py): one-shot children and keyed
+"""Processes of the trust boundary (bench/evaluation/isolation.py): one-shot children and keyed
 workers answer with plain data only; errors cross as input errors or one-line failures; a
 hostile child cannot make the parent run code; workers are reused for their key only."""
 
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from bench.errors import BenchInputError
-from bench.runner import isolation
+from bench.core.errors import BenchInputError
+from bench.evaluation import isolation
 from tests.support import isolation_targets as targets
 
 
@@ -58,7 +58,7 @@ def test_workers_are_reused_for_their_key_only():
 
 def test_the_fork_servers_warm_up_runs():
     """The warm-up swallows its errors (it must never stop the server), so check it works."""
-    from bench.runner import warm
+    from bench.evaluation import warm
 
     warm._warm()
 
@@ -66,7 +66,7 @@ def test_the_fork_servers_warm_up_runs():
 def test_a_child_can_ask_the_parent_mid_request():
     """Queries go through ``relay`` as bytes both ways; a relay's failure is the query's, not the
     request's; without a relay every query fails."""
-    from bench.wire import dumps, loads
+    from bench.core.wire import dumps, loads
 
     def relay(data: bytes) -> bytes:
         q = loads(data)

@@ -9,7 +9,6 @@ import torch
 from torch.func import grad
 
 from bench.attacks import AttackError
-from bench.attacks.gradients import server_targets
 from bench.attacks.inversion.dlg_batched import BatchedDLG
 from bench.attacks.inversion.label_counts import (
     infer_label_counts,
@@ -18,8 +17,9 @@ from bench.attacks.inversion.label_counts import (
     last_layer,
 )
 from bench.attacks.inversion.problems import label_hypotheses
+from bench.attacks.observe.gradients import server_targets
+from bench.core.errors import BenchInputError
 from bench.data import load_dataset
-from bench.errors import BenchInputError
 from bench.models import build_model
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LOSSES

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.leaderboard import files
 from bench.leaderboard.entry import Entry, defense_id, schema_json
 from bench.results.store import ResultStore
@@ -116,8 +116,8 @@ def test_load_entry_names_the_file_and_the_field(tmp_path):
 def test_every_defense_of_the_repository_has_a_quick_entry():
     """The committed leaderboard covers every defense plugin on the quick suite (one entry per
     configuration the suite lists), exported from a run of the current code."""
-    from bench.catalog import Catalog
-    from bench.defenses_api import discover_defenses
+    from bench.defense.plugin import discover_defenses
+    from bench.spec.catalog import Catalog
 
     suite = Catalog(ROOT).suite("quick")
     assert {d.name for d in suite.defenses} == set(discover_defenses(ROOT))

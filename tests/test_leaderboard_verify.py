@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.leaderboard import files
 from bench.leaderboard.convert import tracks_of
 from bench.leaderboard.entry import Entry

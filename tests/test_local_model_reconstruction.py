@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, Reconstruction, build_attack
-from bench.attacks.reconstruction.mapping import MappingConfig, reconstruct
+from bench.attacks.model_recovery.mapping import MappingConfig, reconstruct
 from bench.claims.xu2021 import D, ls_sim
+from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
-from bench.runner.truth import Scorer
 from bench.simulation import Simulation
 
 

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from bench.attacks import ATTACKS, AttackError, Reconstruction, build_attack
-from bench.attacks.gradients import loss_function
 from bench.attacks.inversion.local_updates import (
     FedAvgUpdateInversion,
     LocalSchedule,
@@ -16,9 +15,10 @@ from bench.attacks.inversion.local_updates import (
     update_targets,
 )
 from bench.attacks.inversion.matching import matching_value_and_grad
-from bench.errors import BenchInputError
+from bench.attacks.observe.gradients import loss_function
+from bench.core.errors import BenchInputError
+from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
-from bench.runner.truth import Scorer
 from bench.simulation import Simulation
 from bench.threats import build_threat
 

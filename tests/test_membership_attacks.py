@@ -1,7 +1,7 @@
-"""LiRA and RMIA (bench.membership.lira / rmia): orderings on synthetic per-sample Gaussians and on a
-small overfit MLP whose target and 16 reference models are trained at once, stacked, with the
-engine's vectorized objective (an ordering over 3 seeds each: the claims of Carlini et al. 2022
-and Zarifzadeh et al. 2024 at small scale)."""
+"""LiRA and RMIA (bench.attacks.membership.likelihood_ratio / pairwise_likelihood): orderings on
+synthetic per-sample Gaussians and on a small overfit MLP whose target and 16 reference models are
+trained at once, stacked, with the engine's vectorized objective (an ordering over 3 seeds each: the
+claims of Carlini et al. 2022 and Zarifzadeh et al. 2024 at small scale)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ import pytest
 import torch
 from torch import nn
 
-from bench.errors import BenchInputError
-from bench.membership.lira import half_splits, lira_offline, lira_online
-from bench.membership.metrics import membership_metrics
-from bench.membership.rmia import A_GRID, marginal_offline, rmia_scores, rmia_scores_pairwise, tune_offline_a
-from bench.membership.signals import signal
-from bench.membership.thresholds import threshold_attack
+from bench.attacks.membership.likelihood_ratio import half_splits, lira_offline, lira_online
+from bench.attacks.membership.metrics import membership_metrics
+from bench.attacks.membership.pairwise_likelihood import (
+    A_GRID,
+    marginal_offline,
+    rmia_scores,
+    rmia_scores_pairwise,
+    tune_offline_a,
+)
+from bench.attacks.membership.signals import signal
+from bench.attacks.membership.threshold_choice import threshold_attack
+from bench.core.errors import BenchInputError
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import NodeObjective
 

@@ -22,11 +22,11 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, Reconstruction, build_attack
-from bench.attacks.gradients import flat_model
-from bench.attacks.reconstruction.local_model import observed_pairs
-from bench.errors import BenchInputError
-from bench.membership.signals import membership_score
-from bench.runner.truth import Scorer
+from bench.attacks.membership.signals import membership_score
+from bench.attacks.model_recovery.decoder import observed_pairs
+from bench.attacks.observe.gradients import flat_model
+from bench.core.errors import BenchInputError
+from bench.evaluation.truth import Scorer
 from bench.simulation import Simulation
 from bench.threats import build_threat
 

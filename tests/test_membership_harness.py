@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, Reconstruction, build_attack
-from bench.membership.pool import NON_MEMBER, candidate_pool
-from bench.runner.adaptive import attack_labels, with_adaptive
-from bench.runner.truth import Scorer
+from bench.attacks.membership.pool import NON_MEMBER, candidate_pool
+from bench.evaluation.adaptive import attack_labels, with_adaptive
+from bench.evaluation.truth import Scorer
 from bench.simulation import Simulation
 from bench.simulation.config import SimulationConfig
 from bench.simulation.run_data import RunData

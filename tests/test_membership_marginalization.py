@@ -4,8 +4,8 @@ the exact identity at consensus (C11's "no effect at C = 0"), and bad inputs."""
 import pytest
 import torch
 
-from bench.errors import BenchInputError
-from bench.membership.marginalization import marginalize
+from bench.core.errors import BenchInputError
+from bench.threats.active.marginalization import marginalize
 
 
 def _updates(k=5, p=7, seed=0):

@@ -1,5 +1,5 @@
 """Membership metrics, thresholds and the ε lower bound against hand computations and
-scikit-learn (bench.membership.roc / metrics / thresholds / epsilon)."""
+scikit-learn (bench.attacks.membership.roc / metrics / thresholds / epsilon)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import torch
 from scipy.stats import beta, binom
 from sklearn.metrics import roc_auc_score
 
-from bench.errors import BenchInputError
-from bench.membership.epsilon import epsilon_from_counts, epsilon_lower_bound, exceeds_claim
-from bench.membership.metrics import leakage_from_auc, membership_metrics, tpr_at_fpr
-from bench.membership.roc import auroc, roc_curve
-from bench.membership.thresholds import (
+from bench.attacks.membership.epsilon import epsilon_from_counts, epsilon_lower_bound, exceeds_claim
+from bench.attacks.membership.metrics import leakage_from_auc, membership_metrics, tpr_at_fpr
+from bench.attacks.membership.roc import auroc, roc_curve
+from bench.attacks.membership.threshold_choice import (
     oracle_advantages,
     oracle_threshold,
     quantile_threshold,
     threshold_attack,
 )
+from bench.core.errors import BenchInputError
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -175,9 +175,9 @@ def test_the_epsilon_lower_bound_is_computed_at_the_delta_of_the_claim():
     at the same δ (``DataInfo.delta``, set by the scorer from the defense's accounting), which
     lowers it: ``log((1 − δ − FPR)/FNR)``."""
     from bench.attacks.base import Reconstruction
-    from bench.membership.epsilon import epsilon_lower_bound
+    from bench.attacks.membership.epsilon import epsilon_lower_bound
+    from bench.evaluation.truth import Scorer
     from bench.metrics import DataInfo, Truth, build_metric
-    from bench.runner.truth import Scorer
 
     gen = torch.Generator().manual_seed(0)
     members = (torch.arange(400) < 200).to(torch.int8)

@@ -7,18 +7,18 @@ import torch
 from test_membership_harness import _config
 
 from bench.attacks import AttackError, Reconstruction, build_attack
-from bench.errors import BenchInputError
-from bench.membership.pool import NON_MEMBER, population
-from bench.membership.reference import (
+from bench.attacks.membership.pool import NON_MEMBER, population
+from bench.attacks.membership.reference_worlds import (
     ReferenceWorldError,
     draw_worlds,
     train_reference_worlds,
     world_topology,
 )
-from bench.runner.truth import Scorer
+from bench.core.errors import BenchInputError
+from bench.defense.hooks import DefenseHooks, RoundContext
+from bench.evaluation.truth import Scorer
 from bench.simulation import Simulation
 from bench.simulation.config import SimulationConfig
-from bench.simulation.hooks import DefenseHooks, RoundContext
 from bench.threats import build_threat
 
 
@@ -273,7 +273,7 @@ def test_fedavg_worlds_follow_local_steps_and_the_server_attacks_the_clients_loc
 def test_online_worlds_put_every_candidate_in_half_of_them_and_online_lira_runs_in_the_harness():
     """Carlini et al. 2022 Algorithm 1: each candidate in exactly K/2 worlds (filled up from the
     population, or cut to the world's size); online LiRA beats the loss attack in AUC."""
-    from bench.membership.reference import draw_online_worlds
+    from bench.attacks.membership.reference_worlds import draw_online_worlds
 
     parts, trained_on = draw_online_worlds(10, 50, [4, 4], 6, seed=0)
     assert [len(p) for p in parts] == [4, 4] * 6
@@ -309,8 +309,8 @@ def test_a_threats_reference_attacks_train_one_set_of_worlds_and_rmia_keeps_its_
     its own worlds (two trainings)."""
     from types import SimpleNamespace
 
-    import bench.membership.reference as reference
-    from bench.runner.adaptive import shared_population
+    import bench.attacks.membership.reference_worlds as reference
+    from bench.evaluation.adaptive import shared_population
 
     attacks = [build_attack(n, rounds="last", worlds=4) for n in ("membership_lira", "membership_rmia")]
     kinds = sorted({k for a in attacks for k in a.requirements().totals})

@@ -1,4 +1,4 @@
-"""Membership signals (bench.membership.signals): formulas on hand examples, numerical safety,
+"""Membership signals (bench.attacks.membership.signals): formulas on hand examples, numerical safety,
 and the vectorized [M, N] signals against a per-model, per-sample loop in float64."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from bench.errors import BenchInputError
-from bench.membership.signals import (
+from bench.attacks.membership.signals import (
     MEMBER_SIGN,
     SIGNALS,
     logit_confidence_from_logits,
@@ -20,6 +19,7 @@ from bench.membership.signals import (
     signal,
     stacked_logits,
 )
+from bench.core.errors import BenchInputError
 from bench.simulation.flat import FlatModel
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.models import MODELS, build_model, engine_alternative, engine_compatible
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LOSSES, NodeObjective, default_loss

@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 import pytest
 
-from bench.errors import NON_FINITE, BenchInputError
-from bench.registry import Registry
-from bench.registry_utils import accepted_parameters, call_with_params, check_params, type_mismatch
+from bench.core.errors import NON_FINITE, BenchInputError
+from bench.core.params import accepted_parameters, call_with_params, check_params, type_mismatch
+from bench.core.registry import Registry
 
 
 @pytest.mark.parametrize(
@@ -173,10 +173,10 @@ def test_call_with_params_checks_before_calling():
 )
 def test_every_registry_checks_parameter_types(kind, name, params, expected):
     from bench.attacks import build_attack
-    from bench.catalog import bench_root
     from bench.data import load_dataset
-    from bench.defenses_api import build_defense
+    from bench.defense.plugin import build_defense
     from bench.protocols import PROTOCOLS
+    from bench.spec.catalog import bench_root
     from bench.threats import build_threat
 
     builders = {

@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from bench.core.errors import BenchInputError
+from bench.core.params import call_with_params
 from bench.data.partition import (
     PARTITIONS,
     attribute,
@@ -17,8 +19,6 @@ from bench.data.partition import (
     shards,
     sizes,
 )
-from bench.errors import BenchInputError
-from bench.registry_utils import call_with_params
 
 N, NODES, CLASSES = 1000, 10, 10
 LABELS = torch.arange(N) % CLASSES  # 100 samples per class

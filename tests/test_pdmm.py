@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
+from bench.attacks.observe.pdmm_observables import PDMMObservables
 from bench.claims.yu2025 import LOGREG, run_pdmm, true_gradients
 from bench.simulation import Simulation
 from bench.threats import build_threat
@@ -118,7 +118,7 @@ def test_pdmm_runs_a_cnn_of_the_model_zoo_and_its_weights_stay_recoverable():
 
 
 def test_oracle_observables_separate_estimation_error_from_attack_error():
-    from bench.attacks.reconstruction.pdmm_observables import OracleObservables
+    from bench.attacks.observe.pdmm_observables import OracleObservables
 
     sim = run_pdmm(LOGREG, 15, coalition=(0,), solver="gradient_step", z0_variance=1.0)
     observed = PDMMObservables(sim.view("eve")).gradient_differences(1, "delta_z", anchor="coalition")[0]
@@ -127,8 +127,8 @@ def test_oracle_observables_separate_estimation_error_from_attack_error():
     assert observed.shape == oracle.shape
     assert (observed[:, honest] - oracle[:, honest]).abs().max().item() < 1e-8  # no estimation error
     # with quantized transmission the observables carry estimation error the oracle does not
-    from bench.catalog import bench_root
-    from bench.defenses_api import build_defense
+    from bench.defense.plugin import build_defense
+    from bench.spec.catalog import bench_root
 
     q = Simulation(
         {**LOGREG, "protocol_params": {"record_trajectory": True, "z0_variance": 1.0}},

@@ -1,4 +1,4 @@
-"""The first-layer analytic attack on PDMM traffic (bench/attacks/pdmm_first_layer.py): exact in
+"""The first-layer analytic attack on PDMM traffic (bench/attacks/inversion/pdmm_first_layer.py): exact in
 float64 for an MLP whatever σ_z², and — told k_max and α — exact under the inexact-update defense,
 where an attacker who assumes exact local solves fails."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, build_attack
-from bench.attacks.pdmm_analytic import unit_ratio, unit_rows
+from bench.attacks.inversion.pdmm_analytic import unit_ratio, unit_rows
 from bench.simulation import Simulation
 from bench.threats import build_threat
 

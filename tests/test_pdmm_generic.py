@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from test_containment import evaluate, make_root, outcomes, tiny_task
 
+from bench.core.params import call_with_params
+from bench.evaluation.adaptive import ORACLE_SUFFIX, with_adaptive
+from bench.evaluation.planning import build_attacks
 from bench.protocols import PROTOCOLS
-from bench.registry_utils import call_with_params
-from bench.runner.adaptive import ORACLE_SUFFIX, with_adaptive
-from bench.runner.planning import build_attacks
-from bench.specs import parse_task
+from bench.spec.schema import parse_task
 
 #: a fixed random signed permutation of every local gradient (the model trains on it; what an
 #: eavesdropper decodes from Δz is the permuted gradient)
 PERMUTE = """
 import torch
-from bench.defenses_api import DEFENSES, Defense
+from bench.defense.plugin import DEFENSES, Defense
 
 
 @DEFENSES.register("permute", "a fixed random signed permutation of the local gradient")

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from bench.attacks import AttackError, build_attack
-from bench.attacks.gradients import loss_function
 from bench.attacks.inversion.component import attributions, component_fn
-from bench.attacks.reconstruction.pdmm_observables import OracleObservables, PDMMObservables, honest_nodes
+from bench.attacks.observe.gradients import loss_function
+from bench.attacks.observe.pdmm_observables import OracleObservables, PDMMObservables, honest_nodes
 from bench.claims.yu2025_inversion import ring_pdmm, score
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.simulation import Simulation
 from bench.threats import build_threat
 

@@ -5,9 +5,9 @@ import torch
 from test_pdmm import MLP  # the 12-node digits MLP of the PDMM tests
 
 from bench.claims.yu2025 import LOGREG
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
+from bench.defense.hooks import DefenseHooks
 from bench.simulation import Simulation
-from bench.simulation.hooks import DefenseHooks
 from bench.simulation.messages import MessageBatch
 from bench.threats import build_threat
 

@@ -1,5 +1,5 @@
-"""``benchmarks/peers.py`` hands breaching the same model, weights and gradient bench attacks:
-the layer list rebuilt by ``benchmarks/peers_breaching.py`` (which never imports bench) with the
+"""``performance/peers.py`` hands breaching the same model, weights and gradient bench attacks:
+the layer list rebuilt by ``performance/peers_breaching.py`` (which never imports bench) with the
 flat parameters loaded in order computes bench's function, and the victims are what the
 docstring says (distinct labels, images in [0, 1], one starting point per restart). breaching
 itself is not installed in bench's environment, so its runs are not part of the test suite."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "performance"))
 
 import peers  # noqa: E402
 import peers_breaching  # noqa: E402

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.simulation import Simulation
 from bench.simulation.flat import build_flat_model
-from bench.simulation.hooks import DefenseHooks, RoundContext
 from bench.simulation.objective import NodeObjective
 
 CASES = [

@@ -1,4 +1,4 @@
-"""Trusted plugins are found by walking their package (:func:`bench.registry.import_submodules`):
+"""Trusted plugins are found by walking their package (:func:`bench.core.registry.import_submodules`):
 every ``@ATTACKS.register`` and ``@claim`` decoration in the sources is registered, and the
 complete example of ``bench/attacks/README.md`` ("Writing one"), dropped into a family folder,
 registers itself with no ``__init__`` edit and runs."""
@@ -19,9 +19,9 @@ import bench.attacks
 import bench.attacks.inversion
 from bench.attacks import ATTACKS, build_attack
 from bench.claims import CLAIMS, load
+from bench.core.registry import import_submodules
+from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
-from bench.registry import import_submodules
-from bench.runner.truth import Scorer
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = "bench.attacks.inversion.idlg_labels"

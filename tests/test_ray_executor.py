@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.catalog import Catalog, bench_root
+from bench.evaluation.grid import expand_grid, plan_jobs, run_grid
+from bench.evaluation.ray_executor import RayOptions, run_ray
 from bench.results.store import ResultStore
-from bench.runner.grid import expand_grid, plan_jobs, run_grid
-from bench.runner.ray_executor import RayOptions, run_ray
-from bench.specs import DefenseSpec
+from bench.spec.catalog import Catalog, bench_root
+from bench.spec.schema import DefenseSpec
 
 ray = pytest.importorskip("ray", reason="the ray package is in the dev extra; .ci/run installs it")
 

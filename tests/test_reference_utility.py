@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import bench.simulation.reference as reference_mod
-from bench.catalog import Catalog, bench_root
+from bench.spec.catalog import Catalog, bench_root
 from bench.protocols import BatchPlan
 from bench.results.reference import (
     ATTACK_ONLY,
@@ -26,8 +26,8 @@ from bench.results.reference import (
     task_references,
     track_gate,
 )
-from bench.runner.truth import RunDataCache, Scorer
-from bench.scoring import entry_table
+from bench.evaluation.truth import RunDataCache, Scorer
+from bench.leaderboard.ranking import entry_table
 from bench.simulation.reference import step_budget
 from tests.support.result_samples import job
 
@@ -239,8 +239,8 @@ def test_every_ranked_quick_track_reaches_its_fraction_of_the_reference() -> Non
 
 
 def test_the_page_says_why_a_track_is_not_ranked_and_puts_ranked_tracks_first() -> None:
-    from bench.scoring import tables_by_track
-    from bench.site.render import render_index
+    from bench.leaderboard.ranking import tables_by_track
+    from bench.leaderboard.site.render import render_index
 
     below = _track(0.3, 0.9, RULE, {"noise": (0.0, 0.3)})
     for r in below:
@@ -262,8 +262,8 @@ def test_the_page_says_why_a_track_is_not_ranked_and_puts_ranked_tracks_first() 
 
 
 def test_the_summary_matrix_ranks_every_entry_on_every_ranked_track() -> None:
-    from bench.scoring import tables_by_track
-    from bench.site.summary import summary_matrix
+    from bench.leaderboard.ranking import tables_by_track
+    from bench.leaderboard.site.summary import summary_matrix
 
     one = _track(0.85, 0.9, RULE, {"noise": (0.0, 0.6), "weak": (0.95, 0.8), "useless": (0.0, 0.1)})
     two = _track(0.85, 0.9, RULE, {"noise": (0.5, 0.6)})
@@ -287,7 +287,7 @@ def test_a_lower_is_better_track_has_a_floor_that_stops_a_defense_that_wrecks_th
     """Issue 38 item 1: on fedavg_linear_xu (val_loss, lower is better) gradient_clipping(0.05)
     leaves the loss at ~500× the undefended one; it must not be ranked, let alone first."""
     from bench.api import load_leaderboard
-    from bench.scoring import tables_by_track
+    from bench.leaderboard.ranking import tables_by_track
 
     table = tables_by_track(load_leaderboard())["fedavg_linear_xu/eavesdropper"]
     assert table["track_status"].iloc[0] == "ranked" and not bool(table["higher_is_better"].iloc[0])

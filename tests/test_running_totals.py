@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from bench.attacks import build_attack
-from bench.attacks.reconstruction.pdmm_observables import PDMMObservables, honest_nodes
-from bench.catalog import bench_root
-from bench.defenses_api import build_defense
+from bench.attacks.observe.pdmm_observables import PDMMObservables, honest_nodes
+from bench.defense.plugin import build_defense
 from bench.simulation import Simulation
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import RunningTotal, Transcript
+from bench.spec.catalog import bench_root
 from bench.threats import build_threat
 
 ROUNDS = 30

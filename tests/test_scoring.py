@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from bench.results.record import AttackOutcome
-from bench.scoring import entry_table, pareto_front, privacy_score, tables_by_track
-from bench.site.text import format_epsilon, format_table
+from bench.leaderboard.ranking import entry_table, pareto_front, privacy_score, tables_by_track
+from bench.leaderboard.site.text import format_epsilon, format_table
 from tests.support.result_samples import job, sample_results
 
 APPROX = {"abs": 1e-12}
@@ -246,8 +246,8 @@ def test_format_table_shows_the_failure_reason_when_a_job_failed(table: pd.DataF
 def test_the_empirical_epsilon_lower_bound_is_reported_and_flagged_above_the_claimed_epsilon() -> None:
     """Per job the largest bound over the track's membership attacks, mean over seeds; an entry
     whose bound exceeds its accountant's ε is flagged in the table and on the page."""
-    from bench.scoring import EPSILON_LB_METRIC
-    from bench.site.render import render_index
+    from bench.leaderboard.ranking import EPSILON_LB_METRIC
+    from bench.leaderboard.site.render import render_index
 
     def mia(defense: str, seed: int, lbs: list[float], eps: float | None) -> object:
         r = job("m", "user", defense, seed, {f"a{i}": 0.2 for i in range(len(lbs))}, 0.9, None,
@@ -320,7 +320,7 @@ def test_pareto_front_reads_the_utility_direction() -> None:
     )
     assert pareto_front(df) == ["private", "low_loss"]
     assert pareto_front(df.assign(higher_is_better=True)) == ["private"]
-    from bench.site.plots import privacy_utility_svg
+    from bench.leaderboard.site.plots import privacy_utility_svg
 
     svg = privacy_utility_svg(df, "t/server", pareto_front(df), "val_loss")
     assert svg is not None and "val_loss, lower is better" in svg

@@ -1,4 +1,4 @@
-"""The cryptographic pieces of secure aggregation (``bench/secagg``): fixed point, PRG, key
+"""The cryptographic pieces of secure aggregation (``bench/defense/secagg``): fixed point, PRG, key
 agreement, Shamir sharing and one masking/unmasking instance (Bonawitz et al., CCS 2017)."""
 
 from __future__ import annotations
@@ -7,11 +7,18 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from bench.secagg import SecAggFailure, SecAggOverflow, SecureAggregator, check_sum_range, decode, encode
-from bench.secagg.fixed_point import centred, ring_mask, ring_sum
-from bench.secagg.keys import agree, session_keys
-from bench.secagg.prg import PAIR, SELF, expand, expand_many, instance_nonce
-from bench.secagg.shamir import PRIME, ShamirError, bytes_to_field, field_to_bytes, reconstruct, share
+from bench.defense.secagg import (
+    SecAggFailure,
+    SecAggOverflow,
+    SecureAggregator,
+    check_sum_range,
+    decode,
+    encode,
+)
+from bench.defense.secagg.fixed_point import centred, ring_mask, ring_sum
+from bench.defense.secagg.keys import agree, session_keys
+from bench.defense.secagg.prg import PAIR, SELF, expand, expand_many, instance_nonce
+from bench.defense.secagg.shamir import PRIME, ShamirError, bytes_to_field, field_to_bytes, reconstruct, share
 
 K, SCALE = 32, 2.0**16
 

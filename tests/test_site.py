@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from bench.results.record import JobResult
-from bench.scoring import entry_table, tables_by_track
-from bench.site import render_index, write_site
+from bench.leaderboard.ranking import entry_table, tables_by_track
+from bench.leaderboard.site import render_index, write_site
 from tests.support.result_samples import job, sample_results
 
 EVIL = "<script>alert(1)</script>"

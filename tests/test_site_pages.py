@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.site.entry_page import safe_url
-from bench.site.plots import privacy_utility_svg
-from bench.site.render import wrap_name
+from bench.leaderboard.site.entry_page import safe_url
+from bench.leaderboard.site.plots import privacy_utility_svg
+from bench.leaderboard.site.render import wrap_name
 from tests.support.site_fixtures import (
     ENTRIES,
     HOSTILE_CLAIM,

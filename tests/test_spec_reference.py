@@ -7,9 +7,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 from bench.cli import main
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.simulation.config import SimulationConfig
-from bench.spec_reference import (
+from bench.spec.reference import (
     KINDS,
     REGENERATE,
     default_text,
@@ -19,8 +19,8 @@ from bench.spec_reference import (
     sections,
     type_name,
 )
-from bench.specs import SuiteSpec, TaskSpec
-from bench.variants import TaskFamily
+from bench.spec.schema import SuiteSpec, TaskSpec
+from bench.spec.variants import TaskFamily
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ class _Item(BaseModel):
 
 
 class _Sample(BaseModel):
-    """A sample model with ``code`` and a :class:`~bench.specs.TaskSpec` role."""
+    """A sample model with ``code`` and a :class:`~bench.spec.schema.TaskSpec` role."""
 
     count: int = Field(3, gt=0, description="how many")
     ratio: float | None = Field(None, description="a ratio")

@@ -6,9 +6,9 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.simulation.config import SimulationConfig
-from bench.specs import SuiteSpec, TaskSpec, fields_at, read_yaml, validation_message
+from bench.spec.schema import SuiteSpec, TaskSpec, fields_at, read_yaml, validation_message
 
 TASK = {
     "name": "t",

@@ -14,7 +14,7 @@ import pytest
 import torch
 from sqlalchemy import create_engine, func, select, text
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.leaderboard.convert import hardware_of
 from bench.results import provenance as prov
 from bench.results.record import AttackOutcome, JobResult

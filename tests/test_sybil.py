@@ -3,11 +3,11 @@
 import pytest
 
 from bench.attacks import AttackError, build_attack
-from bench.attacks.sybil import sybil_models
+from bench.attacks.model_recovery.sybil import sybil_models
 from bench.claims.pasquini2023 import fig10_run
-from bench.defenses_api import build_defense
+from bench.defense.plugin import build_defense
+from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
-from bench.runner.truth import Scorer
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

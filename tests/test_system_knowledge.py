@@ -3,7 +3,7 @@ from the previous round. The claims C4–C6 and C22 (exact gradients at any roun
 correction and the learning-rate schedule, neighbour discovery, inversion of a recovered gradient)
 are named checks in ``bench/claims/pasquini2023_system.py``, run by ``tests/test_claims.py``."""
 
-from bench.attacks.system_knowledge import sent_models, victim_models
+from bench.attacks.observe.system_knowledge import sent_models, victim_models
 from bench.claims.pasquini2023_system import fig6_sim
 
 

@@ -10,7 +10,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.topology import (
     GRAPHS,
     MIXINGS,

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
+from bench.defense.hooks import AdversaryPolicy
 from bench.simulation import SERVER, Simulation
-from bench.simulation.hooks import AdversaryPolicy
 from bench.simulation.lightning import run_simulation
 from bench.threats import KnowledgeError, build_threat
 

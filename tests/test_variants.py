@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.catalog import Catalog, bench_root
 from bench.cli import main
-from bench.errors import BenchInputError
-from bench.specs import SpecError, TaskSpec
-from bench.variants import TaskVariant, is_family
+from bench.core.errors import BenchInputError
+from bench.spec.catalog import Catalog, bench_root
+from bench.spec.schema import SpecError, TaskSpec
+from bench.spec.variants import TaskVariant, is_family
 
 FAMILIES = {
     "mnist_mlp_fedsgd": [f"mnist_mlp_fedsgd_n{n}" for n in (1, 2, 4, 8)],

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.arguments import parse_value, split_items
-from bench.errors import REPR_LIMIT, BenchInputError, short_repr
-from bench.yaml_io import load_yaml, read_yaml
+from bench.core.errors import REPR_LIMIT, BenchInputError, short_repr
+from bench.core.yaml_io import load_yaml, read_yaml
+from bench.spec.arguments import parse_value, split_items
 
 REPO = Path(__file__).resolve().parent.parent
 

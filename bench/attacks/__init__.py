@@ -1,25 +1,25 @@
 """Attacks: each module registers one attack in :data:`ATTACKS` that reads one threat model's
 :class:`~bench.threats.view.View` and returns reconstructions (the contract: :mod:`bench.attacks.base`);
-importing the package registers them all. The modules here are the analytic, gradient-recovery,
-knowledge-system and active attacks and what they share (``gradients``, ``targets``, ``oracle``,
-``applicability``); batched gradient inversion is in ``inversion/``, membership inference in
-``membership/`` and the reconstruction of private quantities from transcripts in
-``reconstruction/`` (``bench/attacks/README.md``).
+importing the package registers them all. The attacks live in family folders — what reads a View
+(``observe/``), gradient inversion (``inversion/``), the coalition's linear systems
+(``knowledge/``), model recovery (``model_recovery/``) and membership inference (``membership/``);
+the contract, applicability and the defense oracle's client stay here (``base``,
+``applicability``, ``oracle``; ``bench/attacks/README.md``).
 """
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.registry import import_submodules
+from bench.core.registry import import_submodules
 
 __all__ = ["ATTACKS", "Attack", "AttackError", "Reconstruction", "Requirement", "build_attack"]
 
 
 def build_attack(name: str, **params) -> Attack:
     """Instantiate attack ``name`` with ``params`` (errors name the field and the choices)."""
-    from bench.registry_utils import call_with_params
+    from bench.core.params import call_with_params
 
     return call_with_params(ATTACKS, name, "attack", **params)
 
 
 # registration: every module under the package, subpackages included (one new file registers a
-# new attack; trusted package code, unlike the sandboxed defenses: bench/registry.py)
+# new attack; trusted package code, unlike the sandboxed defenses: bench/core/registry.py)
 import_submodules(__name__)

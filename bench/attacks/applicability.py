@@ -2,7 +2,7 @@
 
 A track (a task's threat model) runs the attacks its task lists *and* every attack declared for
 its model family that applies to it (:data:`FAMILY_ATTACKS`, added by
-:func:`bench.runner.planning.build_attacks`), so that an attack that reads what every track of a
+:func:`bench.evaluation.planning.build_attacks`), so that an attack that reads what every track of a
 family exposes — the first-layer ratio of any model with a biased first layer — is not left to
 each task file to remember. Whether an attack applies is read from what its class declares
 (:class:`~bench.attacks.base.Attack`: ``threats``, ``protocols``, ``models``, ``first_layer``,
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bench.attacks.base import Attack
 
 if TYPE_CHECKING:
-    from bench.specs import TaskSpec
+    from bench.spec.schema import TaskSpec
 
 #: what a track measures, by the attack families that measure it
 KINDS = {

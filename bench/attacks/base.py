@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from bench.registry import Registry
+from bench.core.registry import Registry
 from bench.threats import View
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ class AttackError(RuntimeError):
     """The attack cannot run on this View (a needed quantity is missing or the protocol's
     assumptions do not hold): a *refusal*, stated by the attack's own code. Recorded with the
     job; never a silent zero. Any other exception is a *crash*, which on a defended job counts
-    as full leakage (:data:`bench.runner.job.CRASH_LEAKAGE`)."""
+    as full leakage (:data:`bench.evaluation.job.CRASH_LEAKAGE`)."""
 
 
 class OracleUnavailable(AttackError):
@@ -78,7 +78,7 @@ class Reconstruction:
     scores:
         A membership attack's answer instead of inputs: one score per sample of the job's
         candidate pool (larger = "member of ``node``'s training set"), in the pool's order. The
-        scorer alone knows which candidates are ``node``'s (:mod:`bench.membership.pool`).
+        scorer alone knows which candidates are ``node``'s (:mod:`bench.attacks.membership.pool`).
     model:
         A local-model reconstruction's answer instead of inputs: the decoded flat parameter
         vector ``[P]`` of ``node``'s local optimum (Xu & Neglia 2021). Scored against ``node``'s
@@ -103,7 +103,7 @@ class Reconstruction:
     baseline_model: torch.Tensor | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """Plain data (:mod:`bench.wire`): what an attack process sends to the scorer."""
+        """Plain data (:mod:`bench.core.wire`): what an attack process sends to the scorer."""
         return {
             "node": int(self.node),
             "round": int(self.round),
@@ -192,10 +192,10 @@ class Attack(ABC):
     def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
         """Whether this configuration has a *generic* defense-aware variant on runs of
         ``protocol`` against a defense that overrides ``hooks``
-        (:func:`~bench.simulation.hooks.overridden_hooks`: what it does, never its name), run
+        (:func:`~bench.defense.hooks.overridden_hooks`: what it does, never its name), run
         under the label ``<name>+oracle``: its ``run`` then takes ``oracle=`` (an
         :class:`~bench.attacks.oracle.OracleClient`) and asks the sandboxed process that runs
-        the job's defense (:mod:`bench.runner.oracle`) for what it needs of the defense — its
+        the job's defense (:mod:`bench.evaluation.oracle`) for what it needs of the defense — its
         send pipeline inside a matching objective, or reference worlds trained under it. Override
         in attacks that can."""
         return False
@@ -204,11 +204,11 @@ class Attack(ABC):
         """The parameters of this attack's *adaptive* variant against ``defense``, or ``None``
         when the attack has no use for what the defense declares.
 
-        ``knowledge`` is the defense's :meth:`~bench.defenses_api.Defense.adaptive_knowledge`
+        ``knowledge`` is the defense's :meth:`~bench.defense.plugin.Defense.adaptive_knowledge`
         (its public parameters: a noise scale, a quantization step, the local solver's ``k_max``
         and step …), as the probe reported it — plain data. The harness runs the variant
         (``build_attack(name, **{**params, **returned})``) beside the standard attack under the
         label ``<name>+adaptive``; the privacy score takes the worst case over both
-        (:mod:`bench.runner.adaptive`). Override in attacks that can use a defense's parameters.
+        (:mod:`bench.evaluation.adaptive`). Override in attacks that can use a defense's parameters.
         """
         return None

@@ -1,5 +1,5 @@
 """The attack side of the defense oracle: queries an attack sends to the sandboxed process that
-runs the job's defense (:mod:`bench.runner.oracle`), through the harness's relay.
+runs the job's defense (:mod:`bench.evaluation.oracle`), through the harness's relay.
 
 A generic defense-aware variant (``<attack>+oracle``) gets an :class:`OracleClient` in ``run``:
 gradient-matching attacks ask it for their objective through the defense's send pipeline
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from bench.attacks.base import OracleUnavailable
-from bench.membership.reference import ReferenceModels
+from bench.attacks.membership.reference_worlds import ReferenceModels
 from bench.simulation.messages import SERVER
 from bench.threats import View
 
@@ -65,7 +65,8 @@ class OracleClient:
 
     def reference_worlds(self, **args: Any) -> dict[int, ReferenceModels]:
         """Reference worlds trained *under the defense*, in the oracle process: the arguments of
-        :func:`bench.membership.reference.reference_worlds_at` (``cfg`` as JSON, tensors for the
+        :func:`bench.attacks.membership.reference_worlds.reference_worlds_at` (``cfg`` as JSON, tensors for
+        the
         rest), answered as ``round -> ReferenceModels``."""
         answer = self.query({"op": "reference_worlds", **args})
         out = {}

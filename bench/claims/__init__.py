@@ -7,7 +7,7 @@ see ``bench/claims/README.md``).
 from __future__ import annotations
 
 from bench.claims.base import CLAIMS, PAPERS, SCALES, UNCHECKED, Claim, Measured, Result, check, run
-from bench.registry import import_submodules
+from bench.core.registry import import_submodules
 
 __all__ = [
     "CLAIMS",

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.errors import BenchInputError
-from bench.registry import Registry
+from bench.core.errors import BenchInputError
+from bench.core.registry import Registry
 
 SCALES = ("quick", "paper")
 PAPERS = {

@@ -31,7 +31,7 @@ def random_cases(count: int = 50, seed: int = 0) -> Iterator[tuple[object, tuple
     "holds on 10 random Metropolis–Hastings graphs, with 2n gossip steps observed",
 )
 def rank_bound(scale: str) -> Measured:
-    from bench.attacks.reconstruction.knowledge_matrix import (
+    from bench.attacks.knowledge.knowledge_matrix import (
         distinct_eigenvalues,
         identify,
         knowledge_rows,
@@ -59,7 +59,7 @@ def rank_bound(scale: str) -> Measured:
     "on 20 random graphs, the nodes identifiable from 2n gossip steps are those identifiable from n",
 )
 def saturation(scale: str) -> Measured:
-    from bench.attacks.reconstruction.knowledge_matrix import identify, knowledge_rows, structural_rows
+    from bench.attacks.knowledge.knowledge_matrix import identify, knowledge_rows, structural_rows
 
     same = 0
     for topo, coalition in random_cases(count=20, seed=1):
@@ -79,8 +79,8 @@ def saturation(scale: str) -> Measured:
     "the same rank and the same identifiable set on 50 random graphs",
 )
 def exact_vs_float(scale: str) -> Measured:
-    from bench.attacks.reconstruction.exact_rowspace import exact_identifiable
-    from bench.attacks.reconstruction.knowledge_matrix import identify, knowledge_rows, structural_rows
+    from bench.attacks.knowledge.exact_rowspace import exact_identifiable
+    from bench.attacks.knowledge.knowledge_matrix import identify, knowledge_rows, structural_rows
 
     agree = 0
     for topo, coalition in random_cases():
@@ -101,8 +101,8 @@ def exact_vs_float(scale: str) -> Measured:
     refutes=True,
 )
 def symmetric(scale: str) -> Measured:
-    from bench.attacks.reconstruction.exact_rowspace import exact_identifiable
-    from bench.attacks.reconstruction.knowledge_matrix import structural_rows
+    from bench.attacks.knowledge.exact_rowspace import exact_identifiable
+    from bench.attacks.knowledge.knowledge_matrix import structural_rows
     from bench.topology import Topology
 
     def found(name: str, n: int, mixing: str) -> list[int]:

@@ -30,7 +30,7 @@ def dgd_messages(
 ) -> tuple[Any, np.ndarray, np.ndarray]:
     """D-GD with the attack's gradient model, from ``θ^0 = 0``: ``z^t = W z^{t−1} + g + σ N^t``.
     Returns the blocks, what the coalition receives and what it sends, ``[steps, ·, d]``."""
-    from bench.attacks.reconstruction.dgd_system import split
+    from bench.attacks.knowledge.dgd_system import split
 
     z, history = np.zeros_like(g), []
     for _ in range(steps):
@@ -49,7 +49,7 @@ def dgd_messages(
     "torus), at least the direct neighbours identifiable, the others reported as NaN",
 )
 def dgd_exact(scale: str) -> Measured:
-    from bench.attacks.reconstruction.dgd_system import dgd_covariance, dgd_knowledge, gls, remove_attackers
+    from bench.attacks.knowledge.dgd_system import dgd_covariance, dgd_knowledge, gls, remove_attackers
     from bench.topology import Topology
 
     worst, ok, found = 0.0, True, []
@@ -83,7 +83,7 @@ def dgd_exact(scale: str) -> Measured:
     "mean loss by distance decreases strictly",
 )
 def muffliato_distance(scale: str) -> Measured:
-    from bench.privacy.muffliato import loss_by_distance, pairwise_network_dp
+    from bench.defense.privacy.muffliato import loss_by_distance, pairwise_network_dp
     from bench.topology import Topology
 
     w = Topology.build("line", n=15, mixing="metropolis_hastings").mixing
@@ -108,7 +108,7 @@ def muffliato_distance(scale: str) -> Measured:
 def muffliato_expander(scale: str) -> Measured:
     """Exact expectations: E‖X^K − x̄‖² = ‖(W^K − J) X‖² + σ² p ‖W^K‖_F², with σ² scaled so that
     max ε̄ = ε (f ∝ 1/σ²), K chosen per graph to minimize it."""
-    from bench.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
+    from bench.defense.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
     from bench.topology import Topology
 
     n, eps, p = 32, 1.0, 1

@@ -191,9 +191,9 @@ def c7(scale: str) -> Measured:
     kind="ordering",
 )
 def c8(scale: str) -> Measured:
-    from bench.active.state_override import override_control
     from bench.simulation import Simulation
     from bench.threats import build_threat
+    from bench.threats.active.state_override import override_control
 
     cfg = active_config(lr=0.01)
     sim, targets = override_run(cfg, [2], "synchronous", 11)
@@ -250,9 +250,9 @@ def fig10_run(
     "within a few resolutions (< 1e-5) while each message is masked",
 )
 def c9(scale: str) -> Measured:
-    from bench.attacks.sybil import sybil_models
-    from bench.catalog import bench_root
-    from bench.defenses_api import build_defense
+    from bench.attacks.model_recovery.sybil import sybil_models
+    from bench.defense.plugin import build_defense
+    from bench.spec.catalog import bench_root
 
     plain = fig10_run()
     true = plain.view("ev").received(3, 0, "model")[2]  # what v sent u1 in round 0

@@ -45,7 +45,7 @@ def _score(sim: Any, name: str, at: int, victim: int | None = None) -> float:
     """Mean membership AUC of ``membership_threshold`` (Mentr, received updates of round ``at``)
     run from threat ``name``'s view, over its victims (or ``victim`` alone)."""
     from bench.attacks import build_attack
-    from bench.runner.truth import Scorer
+    from bench.evaluation.truth import Scorer
 
     scorer = Scorer(sim.config, sim.data)
     pool = scorer.candidates()
@@ -266,8 +266,8 @@ def c19(scale: str) -> Measured:
     (honest, honest+SCC, echo, echo+SCC), τ = 0.01: (0.673, 0.946, 0.886, 0.949), (0.592, 0.872,
     0.763, 0.884), (0.680, 0.936, 0.848, 0.943), (0.656, 0.907, 0.758, 0.921); τ = 0.1: (0.673, 0.678,
     0.886, 0.790), … — there SCC *lowers* the echo's AUC; τ = 1 changes nothing (nothing clipped)."""
-    from bench.catalog import bench_root
-    from bench.defenses_api import build_defense
+    from bench.defense.plugin import build_defense
+    from bench.spec.catalog import bench_root
 
     root = bench_root(None)
     rows, ok = [], True

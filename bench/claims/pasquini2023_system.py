@@ -50,7 +50,7 @@ def true_gradient(sim: Any, v: int, t: int) -> torch.Tensor:
 
 def _errors(sim: Any, rounds: range) -> list[tuple[float, float]]:
     """(relative error, 1 − cosine) of every recovered neighbour gradient at ``rounds``."""
-    from bench.attacks.gradient_recovery import recover_neighbor_gradients
+    from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
 
     out = []
     for t in rounds:
@@ -94,7 +94,7 @@ def c4(scale: str) -> Measured:
 )
 def c5(scale: str) -> Measured:
     from bench.attacks import AttackError
-    from bench.attacks.gradient_recovery import recover_neighbor_gradients
+    from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
     from bench.simulation import Simulation
     from bench.threats import build_threat
 
@@ -135,8 +135,8 @@ def c5(scale: str) -> Measured:
     kind="ordering",
 )
 def c6(scale: str) -> Measured:
-    from bench.attacks.gradient_recovery import recover_neighbor_gradients
-    from bench.attacks.system_knowledge import discover_neighbourhood, sent_models
+    from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
+    from bench.attacks.observe.system_knowledge import discover_neighbourhood, sent_models
 
     nbrs = {1: [0, 1], 2: [0, 2, 3], 3: [0, 2, 3]}
     single = window = 0
@@ -175,9 +175,9 @@ def c6(scale: str) -> Measured:
 )
 def c22(scale: str) -> Measured:
     from bench.attacks import build_attack
-    from bench.attacks.gradient_recovery import recover_neighbor_gradients
-    from bench.attacks.gradients import GradientTarget
-    from bench.attacks.system_knowledge import victim_models
+    from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
+    from bench.attacks.observe.gradients import GradientTarget
+    from bench.attacks.observe.system_knowledge import victim_models
 
     sim = fig6_sim()
     view = sim.view("A")

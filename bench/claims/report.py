@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.claims.base import CLAIMS, PAPERS, UNCHECKED, Claim, Result, Unchecked, run
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 STATUS_TEXT = {
     "pass": "pass",

@@ -37,8 +37,8 @@ def ls_sim(fraction: float, rounds: int = 40, seed: int = 0, epochs: int = 5, lr
 )
 def obs1(scale: str) -> Measured:
     from bench.attacks import build_attack
+    from bench.evaluation.truth import Scorer
     from bench.metrics import build_metric
-    from bench.runner.truth import Scorer
 
     worst, clients = 0.0, 0
     for seed, epochs, lr in ((0, 5, 0.05), (1, 1, 0.02), (2, 10, 0.01)):
@@ -81,7 +81,7 @@ def obs1_krylov(scale: str) -> Measured:
 )
 def obs2(scale: str) -> Measured:
     from bench.attacks import AttackError
-    from bench.attacks.reconstruction.local_model import exact_decode, observed_pairs
+    from bench.attacks.model_recovery.decoder import exact_decode, observed_pairs
 
     pairs = observed_pairs(ls_sim(0.4, rounds=60).view("e"))[0]
     try:
@@ -102,8 +102,8 @@ def _leaf_table1(epochs: int, seed: int, rounds: int = 60, hidden: int = 100) ->
     FedAvg on 5 clients of sizes 280/184/1536/256/208, logistic regression, lr 0.01, client
     fraction 0.4, ``epochs`` full-batch local epochs; every client decoded by Algorithm 3."""
     from bench.attacks import build_attack
+    from bench.evaluation.truth import Scorer
     from bench.metrics import build_metric
-    from bench.runner.truth import Scorer
     from bench.simulation import Simulation
     from bench.threats import build_threat
 

@@ -33,9 +33,9 @@ def attack_error(
     ``t_max`` rounds (one-step solver, μ = 0.1, σ_z² = 1 unless ``params`` say otherwise);
     ``attack`` holds the attack's parameters (``rounds`` = the attacked differences)."""
     from bench.attacks import build_attack
-    from bench.catalog import bench_root
-    from bench.defenses_api import build_defense
+    from bench.defense.plugin import build_defense
     from bench.simulation import Simulation
+    from bench.spec.catalog import bench_root
     from bench.threats import build_threat
 
     hooks = build_defense(defense[0], defense[1], bench_root()) if defense else None
@@ -195,9 +195,9 @@ def thesis_c10(scale: str) -> Measured:
     """For softmax cross-entropy ∂ℓ/∂b_c = p_c − 1[c = y] is negative only at the true class, so
     argmin_c ∂ℓ/∂b_c is the label (Zhao et al. 2020); in a difference of two such gradients of the
     same sample the indicator cancels. Measured: 600/600 on gradients."""
-    from bench.attacks.gradients import server_targets
-    from bench.attacks.idlg import idlg_label
-    from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
+    from bench.attacks.inversion.idlg import idlg_label
+    from bench.attacks.observe.gradients import server_targets
+    from bench.attacks.observe.pdmm_observables import PDMMObservables
 
     correct = trials = 0
     classes: set[int] = set()

@@ -55,7 +55,7 @@ def true_gradients(sim: object, w: torch.Tensor) -> torch.Tensor:
     "max residual < 1e-10 over 40 rounds, z⁽⁰⁾ variance 0 and 25, θ = 1 (PDMM) and ½ (ADMM)",
 )
 def c1(scale: str) -> Measured:
-    from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
+    from bench.attacks.observe.pdmm_observables import PDMMObservables
 
     worst = 0.0
     for z0 in (0.0, 25.0):
@@ -80,7 +80,7 @@ def c1(scale: str) -> Measured:
     "error < 1e-8 with σ_z² = 0, and > 1e-8 with σ_z² = 1 (the perturbation is what hides it)",
 )
 def c2(scale: str) -> Measured:
-    from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
+    from bench.attacks.observe.pdmm_observables import PDMMObservables
 
     errs = {}
     for var in (0.0, 1.0):
@@ -152,7 +152,7 @@ def thesis_c3(scale: str) -> Measured:
     "gradient differences to 1e-8 (logistic regression, 25 rounds, σ_z² = 4)",
 )
 def thesis_c15(scale: str) -> Measured:
-    from bench.attacks.reconstruction.pdmm_observables import PDMMObservables
+    from bench.attacks.observe.pdmm_observables import PDMMObservables
 
     sim = run_pdmm(LOGREG, 25, coalition=(0,), solver="gradient_step", z0_variance=4.0, mu=0.05)
     obs = PDMMObservables(sim.view("eve"))

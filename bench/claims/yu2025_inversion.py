@@ -82,8 +82,8 @@ def ring_pdmm(
 
 def score(sim: Any, recs: list[Any], metric: str = "image_ssim") -> dict[str, float]:
     """The metric's values of ``recs`` against the run's truth (the scorer's side)."""
+    from bench.evaluation.truth import Scorer
     from bench.metrics import build_metric
-    from bench.runner.truth import Scorer
 
     scorer = Scorer(sim.config, sim.data)
     return build_metric(metric).compute(recs, [scorer.truth(r) for r in recs], scorer.info)
@@ -110,7 +110,7 @@ def c5(scale: str) -> Measured:
     then inverting the gradient *difference*, where z⁽⁰⁾ cancels, is far better; test accuracy
     barely moves (the noise lies in Ψ⊥)."""
     from bench.attacks import build_attack
-    from bench.attacks.reconstruction.pdmm_observables import OracleObservables
+    from bench.attacks.observe.pdmm_observables import OracleObservables
     from bench.simulation import Simulation
 
     expect = Expectations()
@@ -200,7 +200,7 @@ def fedsgd_ssim(seed: int, n_i: int, victims: Any) -> float:
 def pdmm_difference_ssim(seed: int, n_i: int, victims: Any) -> float:
     """Inversion of the lag-1 gradient differences of round 0 (labels enumerated)."""
     from bench.attacks import build_attack
-    from bench.attacks.reconstruction.pdmm_observables import OracleObservables
+    from bench.attacks.observe.pdmm_observables import OracleObservables
     from bench.simulation import Simulation
     from bench.threats import build_threat
 
@@ -273,7 +273,7 @@ def c8(scale: str) -> Measured:
     """TIFS C8 (Fig. 6, Remark 5): the sum over a larger honest component is like a larger batch:
     SSIM(2) > SSIM(4) > SSIM(8) on average, and 2 beats 8 on every seed."""
     from bench.attacks import build_attack
-    from bench.attacks.reconstruction.pdmm_observables import OracleObservables
+    from bench.attacks.observe.pdmm_observables import OracleObservables
 
     expect = Expectations()
     ssim: dict[int, list[float]] = {m: [] for m in (2, 4, 8)}

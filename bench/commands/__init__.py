@@ -5,7 +5,7 @@ module registers its handler (``args -> exit code``) and adds its options to the
 
 from __future__ import annotations
 
-from bench.registry import Registry
+from bench.core.registry import Registry
 
 COMMANDS: Registry = Registry("command")
 EXIT_BAD_INPUT = 2

@@ -13,7 +13,7 @@ from typing import Any
 
 from bench.commands import COMMANDS, EXIT_INTERRUPTED
 from bench.commands.values import parse_defense
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 #: bounds on the sweep's size: more is a typo, not a benchmark
 MAX_SEEDS = 1000
@@ -40,11 +40,11 @@ def _no_ray_options(args: argparse.Namespace) -> None:
 
 
 def _check_sandbox(unsandboxed: bool) -> None:
-    """Defense code runs in the OS sandbox (:mod:`bench.runner.sandbox`): on a kernel without
+    """Defense code runs in the OS sandbox (:mod:`bench.evaluation.sandbox`): on a kernel without
     Landlock, ``evaluate`` refuses to run unless told ``--unsandboxed`` (a local look; the
     results' provenance says ``sandbox: none`` and ``leaderboard export`` refuses them); where
     the kernel has Landlock the flag would change nothing, and is refused."""
-    from bench.runner.sandbox import landlock_abi
+    from bench.evaluation.sandbox import landlock_abi
 
     if landlock_abi() >= 1:
         if unsandboxed:
@@ -64,7 +64,7 @@ def _check_sandbox(unsandboxed: bool) -> None:
 def _check_cluster(options: Any) -> None:
     """Join (or start) the Ray cluster and refuse what one job asks that the whole cluster does
     not have — Ray would keep such a task pending forever: CPUs, GPUs, memory."""
-    from bench.runner.ray_executor import _init
+    from bench.evaluation.ray_executor import _init
 
     cluster = _init(options).cluster_resources()
     asked = (
@@ -83,7 +83,7 @@ def _ray_options(args: argparse.Namespace) -> Any:
     """``--executor ray``'s options, checked (the ray package, the resources asked for)."""
     import importlib.util
 
-    from bench.runner.ray_executor import RayOptions
+    from bench.evaluation.ray_executor import RayOptions
 
     if importlib.util.find_spec("ray") is None:
         raise BenchInputError("--executor", "ray", reason="the ray package is not installed: pip install ray")
@@ -108,7 +108,7 @@ def _ray_options(args: argparse.Namespace) -> Any:
     )
 
 
-#: what the markers of the terminal tables mean (:func:`bench.site.text.format_table`)
+#: what the markers of the terminal tables mean (:func:`bench.leaderboard.site.text.format_table`)
 TABLE_LEGEND = (
     "rank — : not ranked (utility below the floor, a threat model the defense does not claim, a job "
     "refused by the channel audit, no successful seed, or a track that is not ranked: see its line)\n"
@@ -140,23 +140,23 @@ def _print_skipped(pairs: list[tuple[str, str, str]], verbose: bool) -> None:
 
 @COMMANDS.register("evaluate", "run tasks under defenses, attack them, store, score and rank; write the page")
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from bench.runner import isolation
+    from bench.evaluation import isolation
 
     isolation.warm_up()  # the fork server imports the engine while this process does the same
 
     import os
 
-    from bench.catalog import Catalog, bench_root
+    from bench.evaluation.grid import SweepInterrupted, expand_grid, plan_jobs, run_grid
+    from bench.evaluation.validate import Collector, validate_tasks, writable_folder
+    from bench.leaderboard.ranking import entry_table, superseded_versions, tables_by_track
+    from bench.leaderboard.site import write_site
+    from bench.leaderboard.site.graph_figure import track_figures
+    from bench.leaderboard.site.text import format_table
     from bench.results.reference import RANKED
     from bench.results.store import ResultStore
     from bench.results.store_url import refuse_in_memory
-    from bench.runner.grid import SweepInterrupted, expand_grid, plan_jobs, run_grid
-    from bench.runner.validate import Collector, validate_tasks, writable_folder
-    from bench.scoring import entry_table, superseded_versions, tables_by_track
     from bench.simulation.lightning import quiet_lightning
-    from bench.site import write_site
-    from bench.site.graph_figure import track_figures
-    from bench.site.text import format_table
+    from bench.spec.catalog import Catalog, bench_root
 
     root = bench_root(args.root)
     catalog = Catalog(root)
@@ -275,7 +275,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from bench.leaderboard.declared import declared_for_page
     from bench.leaderboard.files import build_entries
     from bench.leaderboard.gallery import worst_grids
-    from bench.site.mia_figure import membership_figures
+    from bench.leaderboard.site.mia_figure import membership_figures
 
     by_name = {s.task.name: s.task for s in specs}
     page = write_site(

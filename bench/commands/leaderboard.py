@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.commands import COMMANDS
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.leaderboard import DEFAULT_TOLERANCE, MAX_RECORDED_TOLERANCE
 from bench.leaderboard.coverage import gap
 
 
 @COMMANDS.register("leaderboard", "export, validate and build the committed leaderboard entries")
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from bench.catalog import Catalog, bench_root
     from bench.leaderboard import files
     from bench.results.store import ResultStore
+    from bench.spec.catalog import Catalog, bench_root
 
     root = bench_root(args.root)
     entries = Path(args.entries) if args.entries else root / "leaderboard" / "entries"

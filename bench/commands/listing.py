@@ -11,20 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from bench.commands import COMMANDS
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 
 def _catalogues(root: Path | None = None) -> dict[str, Any]:
-    from bench.active import POLICIES
     from bench.attacks import ATTACKS
-    from bench.catalog import Catalog, bench_root
     from bench.data import DATASETS, PARTITIONS
-    from bench.defenses_api import DEFENSES, load_all_defenses
+    from bench.defense.plugin import DEFENSES, load_all_defenses
     from bench.metrics import METRICS
     from bench.models import MODELS
     from bench.protocols import PROTOCOLS
     from bench.simulation.objective import LOSSES
+    from bench.spec.catalog import Catalog, bench_root
     from bench.threats import THREATS
+    from bench.threats.active.policy import POLICIES
     from bench.topology import GRAPHS, MIXINGS
 
     root = root or bench_root()
@@ -75,7 +75,7 @@ def _first_line(text: str) -> str:
 
 @COMMANDS.register("list", "list tasks, suites, attacks, defenses, metrics, datasets, models, protocols …")
 def cmd_list(args: argparse.Namespace) -> int:
-    from bench.catalog import bench_root
+    from bench.spec.catalog import bench_root
 
     cats = _catalogues(bench_root(args.root))
     problems = cats.pop("problems")

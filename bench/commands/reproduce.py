@@ -13,9 +13,9 @@ from bench.commands import COMMANDS
 
 @COMMANDS.register("reproduce", "check the source papers' claims and write a report")
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from bench.catalog import bench_root
     from bench.claims.report import failed, markdown, run_claims, select, to_json
     from bench.results.provenance import git_state
+    from bench.spec.catalog import bench_root
 
     claims, skipped = select(args.paper or (), args.claim or ())
     if args.list:

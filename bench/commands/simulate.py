@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.commands import COMMANDS
 from bench.commands.values import apply_param, load_config
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 #: the SimulationConfig fields that have an option of their own: (name, type, help)
 SIMULATE_OPTIONS: list[tuple[str, type, str]] = [
@@ -77,9 +77,9 @@ def check_model_memory(cfg: Any) -> Any:
 
 @COMMANDS.register("simulate", "run one protocol on all nodes (Lightning loop) and print utility")
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from bench.arguments import integers, output_folder
     from bench.simulation import Simulation, SimulationConfig
     from bench.simulation.lightning import quiet_lightning, run_simulation
+    from bench.spec.arguments import integers, output_folder
     from bench.threats import build_threat
 
     config: dict[str, Any] = load_config(args.config) if args.config else {}

@@ -1,19 +1,19 @@
 """Values given on the command line: ``--defense NAME:k=v,...``, ``--param GROUP.KEY=VALUE``
-and ``--config FILE``, read with the rules of task files (:mod:`bench.arguments`)."""
+and ``--config FILE``, read with the rules of task files (:mod:`bench.spec.arguments`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 
 def parse_value(text: str, field: str = "value", argument: str | None = None) -> Any:
     """A ``key=value`` value, read with the same YAML rules as task files (``1e-3`` is a float;
     an empty value, ``.inf``, ``.nan`` or a key given twice is an error naming ``field``):
-    :func:`bench.arguments.parse_value`."""
-    from bench.arguments import parse_value as parse
+    :func:`bench.spec.arguments.parse_value`."""
+    from bench.spec.arguments import parse_value as parse
 
     return parse(text, field, text if argument is None else argument)
 
@@ -51,7 +51,7 @@ def apply_param(config: dict[str, Any], assignment: str, seen: set[str] | None =
 
 
 def load_config(path: str) -> dict[str, Any]:
-    from bench.yaml_io import read_yaml
+    from bench.core.yaml_io import read_yaml
 
     data = read_yaml(Path(path), field="--config")
     if not isinstance(data, dict):
@@ -60,14 +60,14 @@ def load_config(path: str) -> dict[str, Any]:
 
 
 def parse_defense(text: str) -> Any:
-    """``name`` or ``name:key=value,key=value`` → a :class:`~bench.specs.DefenseSpec`.
+    """``name`` or ``name:key=value,key=value`` → a :class:`~bench.spec.schema.DefenseSpec`.
 
     Values are YAML, read like a task file's (:func:`parse_value`); commas inside brackets,
     braces or quotes do not separate parameters (``quantization:kinds=[z0, dz],delta=0.1``).
     A missing name, an item without ``=``, an empty value and a key given twice are errors.
     """
-    from bench.arguments import split_items
-    from bench.specs import DefenseSpec
+    from bench.spec.arguments import split_items
+    from bench.spec.schema import DefenseSpec
 
     name, _, rest = text.partition(":")
     if not name.strip():

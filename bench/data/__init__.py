@@ -29,6 +29,6 @@ __all__ = [
 
 def load_dataset(name: str, seed: int = 0, **params) -> TrainTest:
     """Build dataset ``name`` (a registry key) with ``params``; errors name the bad field."""
-    from bench.registry_utils import call_with_params
+    from bench.core.params import call_with_params
 
     return call_with_params(DATASETS, name, "dataset", seed=seed, **params)

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from bench.core.errors import BenchInputError
 from bench.data.checksums import CORRUPT, OK, FileStatus, check_layout, checksum_error
 from bench.data.files import Layout, Source, dataset_dir
 from bench.data.sources import get_source
-from bench.errors import BenchInputError
 
 
 @functools.cache

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from bench.core.errors import BenchInputError
 from bench.data.files import Checksum, DataFile, Layout, Source
-from bench.errors import BenchInputError
 
 OK, MISSING, CORRUPT, UNVERIFIED = "ok", "missing", "corrupt", "unverified (no published checksum)"
 CHUNK = 1 << 20  # bytes read (or copied) at a time

@@ -1,7 +1,7 @@
 """The ``data`` command: ``python -m bench data list|download|verify|import``.
 
 :func:`add_data_parser` adds the sub-command to the main parser and :func:`cmd_data` runs it
-(errors are :class:`~bench.errors.BenchInputError`, reported by the main CLI with exit 2).
+(errors are :class:`~bench.core.errors.BenchInputError`, reported by the main CLI with exit 2).
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.core.errors import BenchInputError
 from bench.data.checksums import CHUNK, CORRUPT, FileStatus, check_file, checksum_error, remember_check
 from bench.data.files import DataFile, dataset_dir
 from bench.data.sources import get_source
-from bench.errors import BenchInputError
 
 
 def _install(tmp: Path, dest: Path) -> None:

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.errors import BenchInputError, require, require_positive_int
-from bench.registry import Registry
+from bench.core.errors import BenchInputError, require, require_positive_int
+from bench.core.registry import Registry
 
 PARTITIONS: Registry = Registry("partition")
 

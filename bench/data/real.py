@@ -37,12 +37,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from bench.core.errors import BenchInputError, require, require_positive_int
 from bench.data import cache, ingest
 from bench.data.dataset import ArrayDataset, TrainTest
 from bench.data.formats import FormatError, cifar_batch, maybe_gunzip, read_idx, stl10_images
 from bench.data.registry import DATASETS
 from bench.data.sources import IDX_STEMS
-from bench.errors import BenchInputError, require, require_positive_int
 
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
 FASHION_MEAN, FASHION_STD = (0.2860,), (0.3530,)

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from bench.core.errors import BenchInputError
 from bench.data.files import Checksum, DataFile, Layout, Source
-from bench.errors import BenchInputError
 
 # --- provenance labels of the checksums -------------------------------------------------------
 _TV = "torchvision 0.29.1 (torchvision/datasets/{})"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from bench.core.errors import require, require_positive_int
 from bench.data.dataset import ArrayDataset, TrainTest
 from bench.data.registry import DATASETS
-from bench.errors import require, require_positive_int
 
 
 def _generator(seed: int) -> torch.Generator:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from bench.core.errors import BenchInputError, require
 from bench.data.attributed import AttributedDataset
 from bench.data.dataset import ArrayDataset, TrainTest
 from bench.data.formats import (
@@ -30,7 +31,6 @@ from bench.data.formats import (
 )
 from bench.data.real import format_error, obtain, pick_indices, seeded_subsets
 from bench.data.registry import DATASETS
-from bench.errors import BenchInputError, require
 
 
 def pool_split(

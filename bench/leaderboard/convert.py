@@ -1,7 +1,7 @@
 """Job records ↔ entry job summaries (with the hardware a job ran on, as an entry shows it), and
 the per-track aggregates of an entry.
 
-The aggregates are those of the results table (:func:`bench.scoring.entry_table`) computed from
+The aggregates are those of the results table (:func:`bench.leaderboard.ranking.entry_table`) computed from
 the summaries alone, so an entry, the store it came from and the page built from it agree.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 import pandas as pd
 
 from bench.leaderboard.entry import AttackSummary, JobSummary, TrackSummary
+from bench.leaderboard.ranking import EPSILON_LB_METRIC, LEAKAGE_PREFIX, entry_table
 from bench.results.record import AttackOutcome, JobResult
 from bench.results.reference import REFERENCE_METRIC
-from bench.scoring import EPSILON_LB_METRIC, LEAKAGE_PREFIX, entry_table
 
 #: attack metric keys an entry keeps: the ε lower bound, the per-victim flags of the graph
 #: figures, and what the membership figures draw (the ROC on its log grid, the AUC per round)

@@ -4,7 +4,7 @@ An entry that covers 1 of 13 tasks is not comparable with one that covers all 13
 is the mean over the tracks it chose. ``leaderboard export`` records what the suite asks of the
 entry's defense configuration — ``suite.expected``, ``task -> seeds``: the suite's tasks whose
 protocol the defense applies to (the same sandboxed probe as ``evaluate``'s,
-:func:`bench.runner.grid.plan_jobs`), each with the suite's seeds ``0 … seeds − 1`` — and
+:func:`bench.evaluation.grid.plan_jobs`), each with the suite's seeds ``0 … seeds − 1`` — and
 ``leaderboard validate`` / ``verify`` derive it again and refuse an entry whose record differs
 (a submitter cannot shrink it). An entry missing any expected job is **partial**: it is shown,
 with what it misses, and not ranked (:func:`gap`, read by the ranking through each job's
@@ -21,9 +21,9 @@ from bench.leaderboard.entry import Entry
 def expected_jobs(root: Path, suite: str, name: str, params: dict[str, object]) -> dict[str, list[int]]:
     """``task -> seeds`` the suite ``suite`` plans for the defense ``name(params)`` (tasks it
     does not apply to are left out, as ``evaluate`` skips them)."""
-    from bench.catalog import Catalog
-    from bench.runner.grid import expand_grid, plan_jobs
-    from bench.specs import DefenseSpec
+    from bench.evaluation.grid import expand_grid, plan_jobs
+    from bench.spec.catalog import Catalog
+    from bench.spec.schema import DefenseSpec
 
     catalog = Catalog(root)
     spec = catalog.suite(suite)
@@ -62,7 +62,7 @@ def coverage_problems(entries: list[Entry], paths: list[Path], root: Path) -> li
     (derived again here), one problem each, naming the file. An entry whose defense is not a
     plugin of ``root`` is passed over (without ``--allow-uncommitted`` validate refuses it for
     its missing declaration)."""
-    from bench.defenses_api import defenses_dir
+    from bench.defense.plugin import defenses_dir
 
     problems = []
     for path, entry in zip(paths, entries, strict=True):

@@ -1,6 +1,6 @@
 """``leaderboard current``: are the committed entries what this code would export?
 
-A job's key (:class:`bench.runner.job.Job`) hashes everything its numbers depend on in bench: the
+A job's key (:class:`bench.evaluation.job.Job`) hashes everything its numbers depend on in bench: the
 task spec, the seed, the defense's parameters and source, the code of every attack the job runs
 and the engine's code (:mod:`bench.results.code_digest`). A job is deterministic given its key,
 its thread count and the numeric kind of the machine (CPU model, vector instruction set, torch
@@ -76,8 +76,8 @@ def currency(root: Path, suite_name: str, entries: list[Entry], here: dict[str, 
 def planned(root: Path, suite_name: str) -> dict[str, str]:
     """``key -> "defense task seed"`` of every job ``evaluate`` plans for ``suite_name`` (its
     tasks, defenses and seeds) with the code under ``root``."""
-    from bench.catalog import Catalog
-    from bench.runner.grid import expand_grid, plan_jobs
+    from bench.evaluation.grid import expand_grid, plan_jobs
+    from bench.spec.catalog import Catalog
 
     catalog = Catalog(root)
     suite = catalog.suite(suite_name)

@@ -2,11 +2,11 @@
 plugin code in the harness's process, and what an entry needs to be a citable record.
 
 The harness never imports defense plugins in its own process (``docs/architecture.md``): the
-declarations are read by a child process (:func:`bench.runner.isolation.call`) that enters the
-sandbox of the simulation processes (:func:`bench.runner.sandbox.enter`) before it imports the
+declarations are read by a child process (:func:`bench.evaluation.isolation.call`) that enters the
+sandbox of the simulation processes (:func:`bench.evaluation.sandbox.enter`) before it imports the
 plugins, and the parent trusts nothing of its answer but what it can check
 (:func:`checked_declarations`): a declared key is resolved in the parent's own bibliography
-(:data:`bench.defense_source.PAPERS`), and a summary is checked again on export
+(:data:`bench.defense.sources.PAPERS`), and a summary is checked again on export
 (:func:`declaration_problems`).
 """
 
@@ -16,8 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.defense_source import ORIGINAL, PAPERS, UNDECLARED, summary_problem
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
+from bench.defense.sources import ORIGINAL, PAPERS, UNDECLARED, summary_problem
 from bench.leaderboard.entry import PaperInfo
 
 if TYPE_CHECKING:
@@ -28,15 +28,15 @@ MAX_SUMMARY = 2000
 
 
 def declarations_in_child(request: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """Child side of :func:`declared_isolated` (:func:`bench.runner.isolation.call`): enter the
+    """Child side of :func:`declared_isolated` (:func:`bench.evaluation.isolation.call`): enter the
     sandbox, import every plugin under ``request["root"]`` and answer, per defense name, the
     ``source`` and ``summary`` its class declares (strings; anything else as ``""``)."""
-    from bench.runner import isolation, sandbox
+    from bench.evaluation import isolation, sandbox
 
     root = Path(request["root"])
     if isolation.IN_CHILD:  # before any plugin code runs, as the simulation processes do
         sandbox.enter("declarations", readable=[root])
-    from bench.defenses_api import DEFENSES, load_all_defenses
+    from bench.defense.plugin import DEFENSES, load_all_defenses
 
     load_all_defenses(root)  # a plugin that does not load declares nothing
     out = {}
@@ -51,7 +51,7 @@ def declarations_in_child(request: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 def checked_declarations(answer: Any) -> dict[str, dict[str, Any]]:
     """The parent's reading of a child's answer (untrusted: plugin code ran there). Per defense
-    name, ``source``: the record of :data:`bench.defense_source.PAPERS` the declared key names
+    name, ``source``: the record of :data:`bench.defense.sources.PAPERS` the declared key names
     (from the parent's own bibliography), ``"original"``, or ``"undeclared"`` for anything else;
     ``summary``: the declared text with its whitespace collapsed (``""`` when not a string; its
     form is checked again on export, :func:`declaration_problems`)."""
@@ -76,8 +76,8 @@ def declared_isolated(root: Path) -> dict[str, dict[str, Any]]:
     """What every defense plugin under ``root`` declares (source and summary), by name, read in
     a sandboxed child process (the parent never imports defense code) and checked in the parent
     (:func:`checked_declarations`)."""
-    from bench.runner import isolation
-    from bench.runner.queries import ChildFailed
+    from bench.evaluation import isolation
+    from bench.evaluation.queries import ChildFailed
 
     try:
         answer = isolation.call(
@@ -97,7 +97,7 @@ def declaration_problems(entry: Entry) -> list[str]:
     problems = []
     if d.source == UNDECLARED:
         problems.append(
-            f"defense {d.name}: no source declared (set source to a key of bench.defense_source."
+            f"defense {d.name}: no source declared (set source to a key of bench.defense.sources."
             f"PAPERS or 'original' in defenses/{d.name}.py)"
         )
     why = summary_problem(d.description)

@@ -104,7 +104,7 @@ class TrackSummary(_Strict):
 
 
 class PaperInfo(_Strict):
-    """The paper a defense implements (:class:`bench.defense_source.Paper`)."""
+    """The paper a defense implements (:class:`bench.defense.sources.Paper`)."""
 
     title: str = Field(min_length=1)
     authors: str = Field(min_length=1)

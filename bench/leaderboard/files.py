@@ -2,7 +2,7 @@
 
 An entry is a citable record: its defense's ``source`` (the paper it implements, or
 ``original``) and ``description`` (its plain-text summary) are what the plugin declares
-(:mod:`bench.defense_source`), read in a sandboxed child process (:func:`declared_isolated`: the
+(:mod:`bench.defense.sources`), read in a sandboxed child process (:func:`declared_isolated`: the
 harness never imports defense code itself); ``export`` and ``validate`` refuse an undeclared
 source or a summary that is not plain sentences (:func:`declaration_problems`).
 """
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from bench.defense_source import UNDECLARED
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
+from bench.defense.sources import UNDECLARED
 from bench.leaderboard import DEFAULT_TOLERANCE
 from bench.leaderboard.convert import hardware_of, restore, summarize, tracks_of
 from bench.leaderboard.declared import declaration_problems
@@ -42,7 +42,7 @@ from bench.results.record import JobResult
 
 if TYPE_CHECKING:
     from bench.leaderboard.verify import VerifyReport
-from bench.scoring import split_versions
+from bench.leaderboard.ranking import split_versions
 
 #: numbers an entry states and ``validate`` recomputes must agree to this (relative) tolerance
 TOLERANCE = 1e-9
@@ -393,10 +393,10 @@ def build(
     and the claims report of ``python -m bench reproduce --json`` when ``claims`` is given;
     ``order``: the headline order of the tasks (the suites' ``tasks``)."""
     from bench.claims.report import load_json
-    from bench.scoring import entry_table, superseded_versions, tables_by_track
-    from bench.site import write_site
-    from bench.site.graph_figure import track_figures
-    from bench.site.mia_figure import membership_figures
+    from bench.leaderboard.ranking import entry_table, superseded_versions, tables_by_track
+    from bench.leaderboard.site import write_site
+    from bench.leaderboard.site.graph_figure import track_figures
+    from bench.leaderboard.site.mia_figure import membership_figures
 
     entries = validate(paths)
     results = [r for e in entries for r in jobs_of(e)]

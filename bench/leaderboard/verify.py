@@ -44,7 +44,7 @@ from bench.leaderboard.convert import hardware_of, summarize
 from bench.leaderboard.entry import Entry, JobSummary
 
 if TYPE_CHECKING:
-    from bench.runner.job import Job
+    from bench.evaluation.job import Job
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -200,11 +200,11 @@ def verify_entry(
     parallel: int = 1,
 ) -> VerifyReport:
     """Re-run the chosen jobs of ``entry`` with the code under ``root`` and compare."""
-    from bench.catalog import Catalog
-    from bench.errors import BenchInputError
+    from bench.core.errors import BenchInputError
+    from bench.evaluation.grid import plan_jobs, run_grid
     from bench.results.store import ResultStore
-    from bench.runner.grid import plan_jobs, run_grid
-    from bench.specs import DefenseSpec, RunSpec
+    from bench.spec.catalog import Catalog
+    from bench.spec.schema import DefenseSpec, RunSpec
 
     report = VerifyReport(entry.defense.label)
     catalog = Catalog(root)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from bench.attacks.base import Reconstruction
-from bench.registry import Registry
+from bench.core.registry import Registry
 
 if TYPE_CHECKING:
     from bench.simulation.flat import FlatModel

@@ -1,6 +1,6 @@
 """How good a reconstructed local model is, on the client's own data (Xu & Neglia 2021, §3–4).
 
-The attack (:mod:`bench.attacks.local_model`) answers a flat parameter vector
+The attack (:mod:`bench.attacks.model_recovery.local_model`) answers a flat parameter vector
 (``Reconstruction.model``) and never sees the client's data; the scorer pairs it with the
 client's whole local training set (``Truth.x``, ``Truth.y``) and the run's architecture and loss
 (``DataInfo.model``, ``DataInfo.loss``), and this metric computes, per client ``c``:

@@ -1,4 +1,4 @@
-"""Membership-inference metrics of a membership attack's scores (:mod:`bench.membership`)."""
+"""Membership-inference metrics of a membership attack's scores (:mod:`bench.attacks.membership`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import torch
 
 from bench.attacks.base import Reconstruction
-from bench.membership.epsilon import epsilon_lower_bound
-from bench.membership.metrics import ROC_FPRS, leakage_from_auc, membership_metrics
-from bench.membership.thresholds import apply_threshold
+from bench.attacks.membership.epsilon import epsilon_lower_bound
+from bench.attacks.membership.metrics import ROC_FPRS, leakage_from_auc, membership_metrics
+from bench.attacks.membership.threshold_choice import apply_threshold
 from bench.metrics.base import METRICS, DataInfo, Metric, Truth
 from bench.metrics.vector import check_pairs
 
@@ -20,7 +20,7 @@ class MembershipAUC(Metric):
 
     * ``auc`` — area under the ROC (torchmetrics), the headline;
     * ``tpr@0.001``, ``tpr@0.01`` — TPR at low FPR (Carlini et al. 2022), and ``tpr@<f>`` at
-      every FPR ``f`` of :data:`bench.membership.metrics.ROC_FPRS`: the ROC on a log grid,
+      every FPR ``f`` of :data:`bench.attacks.membership.metrics.ROC_FPRS`: the ROC on a log grid,
       averaged over victims at fixed FPR (vertical averaging, Fawcett 2006), which the page
       draws on log-log axes;
     * ``advantage`` — Pasquini et al.'s ``M − 0.5`` with the oracle threshold (it uses the
@@ -29,7 +29,7 @@ class MembershipAUC(Metric):
       data (``extra["threshold"]``, when the attack answers one);
     * ``epsilon_lb`` — the empirical ε lower bound (Clopper–Pearson, α = 0.05, at the δ of the
       defense's claim — ``info.delta``, 0 without one; Jagielski et al. 2020), maximized over
-      thresholds (a nominal confidence level: :mod:`bench.membership.epsilon`);
+      thresholds (a nominal confidence level: :mod:`bench.attacks.membership.epsilon`);
 
     each averaged over the victims (``epsilon_lb``: the largest). An attack that answers for
     several rounds is scored per round: the reported values are those of the worst round

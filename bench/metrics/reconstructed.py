@@ -35,7 +35,7 @@ class ReconstructedFraction(Metric):
       data-independent guess ``x̄ = info.prior_x``; ``baseline``: the mean of ``‖x̄ − x‖²``;
       ``mse_leakage = 1 − mse / baseline`` (as ``input_mse`` does for single samples);
     * ``victims``, ``reconstructed``, and ``ok@<node>`` per victim (1 reconstructed, 0 not: the
-      page's graph figure, :mod:`bench.site.graph_figure`).
+      page's graph figure, :mod:`bench.leaderboard.site.graph_figure`).
 
     Why not ``input_mse``: it pairs each reconstructed sample with one true sample, whereas the
     value here is the mean of a node's samples (any local-set size), and it cannot count

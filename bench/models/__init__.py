@@ -12,11 +12,11 @@ from typing import Any
 
 from torch import nn
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
+from bench.core.params import check_params
 from bench.models import cnn, dense, lenet, resnet, vgg  # noqa: F401  (registers the models)
 from bench.models.base import MODELS, engine_alternative, engine_compatible
 from bench.models.dense import linear, logistic_regression, mlp
-from bench.registry_utils import check_params
 
 __all__ = [
     "MODELS",
@@ -43,7 +43,7 @@ def build_model(
     n_outputs:
         Number of classes, 0 for regression.
     for_engine:
-        Refuse, with a :class:`~bench.errors.BenchInputError` naming the buffer-free
+        Refuse, with a :class:`~bench.core.errors.BenchInputError` naming the buffer-free
         alternative, models that the stacked-node engine cannot evaluate (BatchNorm).
     **params:
         The model's own parameters.

@@ -3,7 +3,7 @@
 Every factory has the signature ``(input_shape: tuple, n_outputs: int, **params) -> nn.Module``:
 ``input_shape`` is the per-sample shape (``(C, H, W)`` for images, ``(d,)`` for features) and
 ``n_outputs`` the number of classes (0 for regression: one output). Parameters given by the
-user are validated here and reported as :class:`~bench.errors.BenchInputError` under the field
+user are validated here and reported as :class:`~bench.core.errors.BenchInputError` under the field
 ``model.<param>``.
 
 The stacked-node engine (:class:`bench.simulation.flat.FlatModel`) evaluates a model with
@@ -47,8 +47,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from bench.errors import BenchInputError, require, require_positive_int
-from bench.registry import Registry
+from bench.core.errors import BenchInputError, require, require_positive_int
+from bench.core.registry import Registry
 
 MODELS: Registry = Registry("model")
 
@@ -87,7 +87,7 @@ def engine_compatible(name: str) -> bool:
     BatchNorm models (``convnet``, ``vgg11_bn``, ``resnet20``) keep running statistics in
     buffers, which :class:`~bench.simulation.flat.FlatModel` rejects; their GroupNorm variants
     (``convnet_gn``, ``vgg11_gn``, ``resnet20_gn``) are usable. Unknown names raise
-    :class:`~bench.errors.BenchInputError`.
+    :class:`~bench.core.errors.BenchInputError`.
     """
     MODELS.get(name, field="model.name")
     return name not in _ENGINE_ALTERNATIVES

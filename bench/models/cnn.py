@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from bench.errors import require_positive_int
+from bench.core.errors import require_positive_int
 from bench.models.base import (
     NormFactory,
     check_groups,

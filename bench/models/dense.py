@@ -13,7 +13,7 @@ import math
 
 from torch import nn
 
-from bench.errors import require_positive_int
+from bench.core.errors import require_positive_int
 from bench.models.base import activation as get_activation
 from bench.models.base import n_logits, positive_ints, register
 

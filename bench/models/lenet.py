@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from bench.errors import BenchInputError, require_positive_int
+from bench.core.errors import BenchInputError, require_positive_int
 from bench.models.base import activation as get_activation
 from bench.models.base import flat_dim, image_shape, n_logits, register
 

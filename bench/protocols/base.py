@@ -6,7 +6,7 @@ can be built and tested without a whole simulation. It computes gradients throug
 :meth:`Protocol.gradients` (the defense's gradient hooks), sends every message through the
 :class:`~bench.simulation.channel.Channel` (``outgoing`` hook, adversary, transcript) and
 combines what was delivered through :meth:`~bench.simulation.channel.Channel.aggregate`
-(``wrap_aggregation`` hook): the defense contract of :mod:`bench.simulation.hooks`, honoured
+(``wrap_aggregation`` hook): the defense contract of :mod:`bench.defense.hooks`, honoured
 at the same points by every protocol.
 """
 
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from bench.errors import require, require_number, require_positive_int
-from bench.registry import Registry
-from bench.simulation.hooks import Aggregator, DefenseHooks, RoundContext, overridden_hooks
+from bench.core.errors import require, require_number, require_positive_int
+from bench.core.registry import Registry
+from bench.defense.hooks import Aggregator, DefenseHooks, RoundContext, overridden_hooks
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class Protocol(ABC):
     uses_data: ClassVar[bool] = True
     #: ``kind -> what it is``: every kind of message nodes may send under this protocol
     MESSAGE_KINDS: ClassVar[dict[str, str]] = {}
-    #: the defense hooks the protocol calls (:data:`bench.simulation.hooks.HOOK_NAMES`)
+    #: the defense hooks the protocol calls (:data:`bench.defense.hooks.HOOK_NAMES`)
     hook_points: ClassVar[frozenset[str]] = frozenset(
         {"per_sample_gradients", "local_gradients", "outgoing", "wrap_aggregation", "should_stop"}
     )
@@ -134,7 +134,7 @@ class Protocol(ABC):
     def aggregation_rule(self, kind: str, ctx: RoundContext) -> Aggregator:
         """The receivers' rule ``aggregate(own, delivered) -> new`` for delivered messages of
         ``kind`` at ``ctx`` (what the protocol hands the channel, and what the channel audit
-        hands a fresh defense when it replays an aggregation, :mod:`bench.runner.audit`)."""
+        hands a fresh defense when it replays an aggregation, :mod:`bench.evaluation.audit`)."""
         raise NotImplementedError(f"{type(self).__name__} has no aggregation of {kind} messages")
 
     def delivery_slots(self, delivered: MessageBatch, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,8 +159,8 @@ class Protocol(ABC):
         been ``per_sample [n, B, P]``: the node's send pipeline through the defense's ``hooks`` —
         :meth:`reduce_gradients`, then the protocol's own steps and ``outgoing`` — mapped back
         to gradient space the way the gradient attacks read the message
-        (:mod:`bench.attacks.targets`). The defense oracle runs it on attacker-chosen inputs
-        (:mod:`bench.runner.oracle`); protocols without it have no generic defense-aware
+        (:mod:`bench.attacks.observe.targets`). The defense oracle runs it on attacker-chosen inputs
+        (:mod:`bench.evaluation.oracle`); protocols without it have no generic defense-aware
         attack."""
         raise NotImplementedError(f"{type(self).__name__} has no observed gradient")
 

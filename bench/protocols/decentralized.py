@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from bench.errors import require, require_positive_int
+from bench.core.errors import require, require_positive_int
+from bench.defense.hooks import Aggregator, DefenseHooks, RoundContext
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, State, check_batch, check_lr
-from bench.simulation.hooks import Aggregator, DefenseHooks, RoundContext
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from bench.core.errors import require_positive_int
+from bench.core.params import require_choice
 from bench.data.stacked import CLIENT_STREAM, counter_hash
-from bench.errors import require_positive_int
+from bench.defense.hooks import Aggregator, DefenseHooks, RoundContext
 from bench.protocols.base import (
     PROTOCOLS,
     BatchPlan,
@@ -32,8 +34,6 @@ from bench.protocols.base import (
     check_fraction,
     check_lr,
 )
-from bench.registry_utils import require_choice
-from bench.simulation.hooks import Aggregator, DefenseHooks, RoundContext
 from bench.simulation.messages import SERVER, MessageBatch
 
 if TYPE_CHECKING:

@@ -53,12 +53,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from bench.core.errors import BenchInputError, require, require_number, require_positive_int
+from bench.core.params import require_choice
 from bench.data.stacked import derive_seed
-from bench.errors import BenchInputError, require, require_number, require_positive_int
-from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
-from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
-from bench.registry_utils import require_choice
-from bench.simulation.hooks import (
+from bench.defense.hooks import (
     GRADIENT_HOOKS,
     HOOK_NAMES,
     Aggregator,
@@ -66,6 +64,8 @@ from bench.simulation.hooks import (
     RoundContext,
     overridden_hooks,
 )
+from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
+from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
 from bench.simulation.kernels import kernel, prox_step, quadratic_step
 from bench.simulation.messages import MessageBatch
 

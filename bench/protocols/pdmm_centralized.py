@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from bench.errors import require_number, require_positive_int
+from bench.core.errors import require_number, require_positive_int
+from bench.core.params import require_choice
+from bench.defense.hooks import Aggregator, RoundContext
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, State, check_batch
 from bench.protocols.federated import _Federated
-from bench.registry_utils import require_choice
-from bench.simulation.hooks import Aggregator, RoundContext
 from bench.simulation.messages import SERVER, MessageBatch
 
 if TYPE_CHECKING:

@@ -95,7 +95,7 @@ class PairLayout:
 
         Column blocking (to keep each block's gather and add in cache) was measured slower on
         2 cores: 47 ms against 39 ms for the 50-node MLP, as the strided gathers lose more than
-        the cache gains (``benchmarks/bandwidth.py`` prints this round's traffic)."""
+        the cache gains (``performance/bandwidth.py`` prints this round's traffic)."""
         return kernel(pair_increments, compiled, d.numel())(w, d, self.i, self.j, rho, theta)
 
     def integrate(

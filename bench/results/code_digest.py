@@ -3,7 +3,7 @@
 A stored result is reused only when it was produced by the same code: a job's key hashes its
 task spec, defense configuration and seed together with
 
-* the defense plugin's source (:func:`bench.defenses_api.source_digest`),
+* the defense plugin's source (:func:`bench.defense.plugin.source_digest`),
 * each attack's code: its module and every module of ``bench.attacks`` it imports, directly or
   through others (:func:`attack_digest`, from the modules' import statements, read without
   executing anything), and
@@ -31,14 +31,22 @@ PRESENTATION = (
     "cli.py",
     "claims",
     "commands",
-    "scoring.py",
-    "site",
     "leaderboard",
     "results",
     "data/cli.py",
-    "spec_reference.py",
-    "defense_source.py",
+    "spec/reference.py",
+    "defense/sources.py",
     "api.py",
+)
+
+#: modules under ``bench/attacks`` that the engine runs as well (the scorer's and the oracle's
+#: membership library: candidate pool, reference worlds, signals, metrics), digested with it
+ENGINE_IN_ATTACKS = tuple(
+    f"attacks/membership/{name}.py"
+    for name in (
+        "epsilon likelihood_ratio metrics pool reference_worlds pairwise_likelihood "
+        "roc signals threshold_choice"
+    ).split()
 )
 
 
@@ -123,7 +131,9 @@ def engine_digest() -> str:
     parts = []
     for path in PACKAGE_DIR.rglob("*.py"):
         rel = path.relative_to(PACKAGE_DIR).as_posix()
-        if rel.startswith("attacks/") or any(rel == p or rel.startswith(p + "/") for p in PRESENTATION):
+        if (rel.startswith("attacks/") and rel not in ENGINE_IN_ATTACKS) or any(
+            rel == p or rel.startswith(p + "/") for p in PRESENTATION
+        ):
             continue
         parts.append((rel, path.read_bytes()))
     return _digest(parts)

@@ -14,7 +14,7 @@ def finite(x: float | None) -> bool:
 
 def privacy_score(outcomes: Iterable[AttackOutcome], threat: str | None = None) -> float | None:
     """``1 − max`` normalized leakage over the successful attacks and the crashed ones counted
-    as full leakage (:func:`bench.runner.job.count_crash`).
+    as full leakage (:func:`bench.evaluation.job.count_crash`).
 
     Parameters
     ----------

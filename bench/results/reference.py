@@ -2,7 +2,7 @@
 
 A ranking of defenses means something only where the undefended protocol learned; where it is
 near chance, a defense that stops learning loses nothing and tops the ranking. Each task states
-its rule (:class:`bench.specs.UtilitySpec`, recorded by every job as
+its rule (:class:`bench.spec.schema.UtilitySpec`, recorded by every job as
 ``provenance["utility_rule"]``), and the undefended job of each seed stores the central
 reference ``U_ref`` (:mod:`bench.simulation.reference`, ``metrics["utility_reference"]``).
 Per track, with ``U_none`` the undefended entry's mean utility and ``U_ref`` the mean reference
@@ -32,7 +32,7 @@ import pandas as pd
 from bench.results.record import JobResult
 
 #: the defense label whose runs are the undefended baseline of a track; their jobs also compute
-#: the task's central reference utility (:meth:`~bench.runner.truth.Scorer.reference`, once per seed)
+#: the task's central reference utility (:meth:`~bench.evaluation.truth.Scorer.reference`, once per seed)
 BASELINE_DEFENSE = "none"
 #: the metric of an undefended job holding the task's central reference utility
 REFERENCE_METRIC = "utility_reference"

@@ -18,8 +18,8 @@ key to check it against — is moved to ``OUT/spool/rejected/`` with a warning o
 its result is not stored, so its job runs again.
 
 Where the key lives: ``/tmp/bench-secrets-<uid>/spool.key`` (mode 0600 in a 0700 folder of
-this user; :func:`bench.runner.sandbox.parent_secret`), not in ``OUT``. Defense code runs in
-sandboxed children (:mod:`bench.runner.sandbox`) that may read every top-level folder — ``OUT``
+this user; :func:`bench.evaluation.sandbox.parent_secret`), not in ``OUT``. Defense code runs in
+sandboxed children (:mod:`bench.evaluation.sandbox`) that may read every top-level folder — ``OUT``
 too — but ``/tmp``, so a key kept beside the spool would be theirs to read (Landlock cannot take
 a subfolder back out of a readable one, and a mode 0600 does not stop a process of the same
 user). The children are forked from the fork server, which never reads the key, not from the
@@ -30,7 +30,7 @@ the key; a genuine file copied into another ``OUT`` of the same user is accepted
 bench computed); and ``/tmp`` is cleared at a reboot (or aged by ``systemd-tmpfiles``) — the key
 goes with it, results spooled before are moved aside as unverifiable and their jobs run again.
 
-:class:`ResultKeeper` is what the sweep (:func:`bench.runner.grid.run_grid`) stores through.
+:class:`ResultKeeper` is what the sweep (:func:`bench.evaluation.grid.run_grid`) stores through.
 Once the store has failed, it keeps the results of the jobs still running (``--jobs K``) in the
 spool as they finish, and starts no new job.
 """
@@ -50,9 +50,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
+from bench.evaluation import sandbox
 from bench.results.record import JobResult
 from bench.results.store_url import StoreWriteError, redact
-from bench.runner import sandbox
 
 __all__ = [
     "REJECTED_DIR",

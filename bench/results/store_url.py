@@ -18,7 +18,7 @@ from urllib.parse import unquote
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 __all__ = ["FIELD", "MASK", "StoreWriteError", "describe_error", "normalize_url", "redact", "store_error"]
 
@@ -109,7 +109,7 @@ def redact(text: str, url: str | None = None) -> str:
 
 
 def store_error(url: Any, reason: str, choices: list[str] | None = None) -> BenchInputError:
-    """A :class:`~bench.errors.BenchInputError` for ``--store`` whose value and reason are
+    """A :class:`~bench.core.errors.BenchInputError` for ``--store`` whose value and reason are
     redacted (raise it ``from None``: a chained driver exception may repeat the URL)."""
     raw = url if isinstance(url, str) else None
     value = redact(url, raw) if raw is not None else url

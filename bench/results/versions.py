@@ -1,7 +1,7 @@
 """Entry versions: the rows of an entry come from one version of its code and spec.
 
 Every job records ``provenance["version"]``: the hash of its task spec, defense configuration,
-bench's version and the digests of the code that produced it (:class:`bench.runner.job.Job`,
+bench's version and the digests of the code that produced it (:class:`bench.evaluation.job.Job`,
 :mod:`bench.results.code_digest`) — everything but the seed. The rows of one entry (task,
 defense label) that share a version may be aggregated; rows of different versions never are.
 """

@@ -1,10 +1,10 @@
 """The aggregation log: what the channel audit replays.
 
 The channel logs every aggregation that runs defense code (a defense that overrides
-``wrap_aggregation``): the message kind, the call's :class:`~bench.simulation.hooks.RoundContext`,
+``wrap_aggregation``): the message kind, the call's :class:`~bench.defense.hooks.RoundContext`,
 the receivers' own state, the delivered messages exactly as the receivers got them, and what the
-wrapped aggregation returned. Everything is plain data (:mod:`bench.wire`), copied to the CPU, so
-the simulation process can hand it to the audit process (:mod:`bench.runner.audit`), which
+wrapped aggregation returned. Everything is plain data (:mod:`bench.core.wire`), copied to the CPU, so
+the simulation process can hand it to the audit process (:mod:`bench.evaluation.audit`), which
 recomputes each output from a fresh defense.
 
 The log keeps at most ``max_calls`` calls and ``budget`` bytes: while the run's calls fit, every
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from bench.simulation.hooks import RoundContext
+from bench.defense.hooks import RoundContext
 from bench.simulation.messages import MessageBatch
 
 #: default byte budget of a run's log (the calls kept for the audit)

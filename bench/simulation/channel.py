@@ -5,7 +5,7 @@ server's messages are not passed to it), the active adversary's substitution (th
 own messages), and the transcript recorder (what observers see is what is delivered). The
 returned batch is what receivers get. ``aggregate`` runs a protocol's aggregation rule as
 wrapped by the defense, and logs the call in the :class:`~.aggregation_log.AggregationLog`, from
-which the channel audit (:mod:`bench.runner.audit`) recomputes it with a fresh defense in a
+which the channel audit (:mod:`bench.evaluation.audit`) recomputes it with a fresh defense in a
 fresh process: the only way from a sender's hooks to a receiver's is a delivered message.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import torch
 
+from bench.defense.hooks import AdversaryPolicy, Aggregator, DefenseHooks, RoundContext, overridden_hooks
 from bench.simulation.aggregation_log import AggregationLog
 from bench.simulation.decoding import decode_deliveries
-from bench.simulation.hooks import AdversaryPolicy, Aggregator, DefenseHooks, RoundContext, overridden_hooks
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import Transcript
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import torch
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from bench.errors import NON_FINITE, find_non_finite
+from bench.core.errors import NON_FINITE, find_non_finite
 
 #: ``dtype`` names → torch dtypes
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}

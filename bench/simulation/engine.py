@@ -18,17 +18,17 @@ from typing import Any
 
 import torch
 
+from bench.core.errors import BenchInputError
+from bench.core.params import call_with_params, check_params
 from bench.data.stacked import NodeBatch, derive_seed
-from bench.errors import BenchInputError
+from bench.defense.hooks import AdversaryPolicy, DefenseHooks, RoundContext, RunInfo
 from bench.protocols import PROTOCOLS, Protocol
 from bench.protocols.base import ProtocolContext
-from bench.registry_utils import call_with_params, check_params
 from bench.simulation import hook_contract
 from bench.simulation.aggregation_log import AggregationLog
 from bench.simulation.channel import Channel
 from bench.simulation.config import DTYPES, SimulationConfig
 from bench.simulation.flat import build_flat_model, output_size
-from bench.simulation.hooks import AdversaryPolicy, DefenseHooks, RoundContext, RunInfo
 from bench.simulation.metrics import consensus_distance
 from bench.simulation.mixing_op import GossipMixer
 from bench.simulation.objective import NodeObjective, default_loss
@@ -97,7 +97,7 @@ class Simulation:
     topology:
         A prebuilt topology of ``config.nodes`` nodes for a decentralized protocol, used instead
         of building ``config.topology`` (e.g. the disconnected replicas of a membership attack's
-        reference worlds, :mod:`bench.membership.reference`).
+        reference worlds, :mod:`bench.attacks.membership.reference_worlds`).
     series_rounds, series_last:
         Rounds at whose start every node's state (and the global model) is kept in
         :attr:`series` — with ``series_last``, also the last round the run ran — for the scorer's
@@ -105,7 +105,7 @@ class Simulation:
         membership attack scores).
     audit:
         Byte budget of the log of aggregations the channel audit replays (:mod:`.aggregation_log`,
-        :mod:`bench.runner.audit`); ``None``: nothing is logged.
+        :mod:`bench.evaluation.audit`); ``None``: nothing is logged.
     row_locality:
         Probability that a call of a send-side hook is checked to be row-local
         (:mod:`.row_locality`); ``None``: never.

@@ -84,7 +84,7 @@ def build_flat_model(
 
     module = build_model(model, tuple(input_shape), n_classes, for_engine=True, **(params or {}))
     if any(True for _ in module.buffers()):
-        from bench.errors import BenchInputError
+        from bench.core.errors import BenchInputError
 
         raise BenchInputError(
             "model.name",

@@ -5,7 +5,7 @@ returns ``[n, 1]`` instead of ``[n, P]`` trains on, silently, with every coordin
 gradient set to one number — and the attacks then meet inputs they were never meant to read. A
 broken defense must fail its job with a reason that names the hook, not be scored. So every hook
 the defense overrides is wrapped (an instance attribute, as :mod:`.row_locality` does; the class
-is unchanged, so :func:`~bench.simulation.hooks.overridden_hooks` still reads the plugin) and its
+is unchanged, so :func:`~bench.defense.hooks.overridden_hooks` still reads the plugin) and its
 output checked:
 
 ==========================  ======================================================================
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from bench.simulation.hooks import DefenseHooks, overridden_callables
+from bench.defense.hooks import DefenseHooks, overridden_callables
 from bench.simulation.messages import MessageBatch
 
 #: tensor hooks and the position of the argument whose shape their output keeps (``None``:

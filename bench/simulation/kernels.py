@@ -46,7 +46,7 @@ _COMPILED: dict[Callable, Callable] = {}
 
 #: below this many elements per operand a compiled kernel is slower than eager: the call's guard
 #: checks and dispatch (~0.1 ms) exceed the eager ops' cost (a 60-node logistic-regression PDMM
-#: round: 0.95 ms compiled against 0.58 ms eager, ``benchmarks/pdmm.py``)
+#: round: 0.95 ms compiled against 0.58 ms eager, ``performance/pdmm.py``)
 MIN_COMPILED_NUMEL = 1 << 16
 
 

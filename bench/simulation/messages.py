@@ -39,7 +39,7 @@ class MessageBatch:
         ``True`` when row ``i`` is node ``i``'s message to all of its neighbours in the
         communication graph (the layout gossip mixing can use as one matrix product).
     extra:
-        Plain data (:mod:`bench.wire`) a defense sends along with the batch and its receivers
+        Plain data (:mod:`bench.core.wire`) a defense sends along with the batch and its receivers
         read (e.g. the unmasking shares of secure aggregation): part of what is delivered, so
         the channel audit replays it with the messages.
     """
@@ -151,7 +151,7 @@ class MessageBatch:
         )
 
     def to_wire(self) -> dict[str, Any]:
-        """Plain data (:mod:`bench.wire`)."""
+        """Plain data (:mod:`bench.core.wire`)."""
         return {
             "round": int(self.round),
             "step": int(self.step),

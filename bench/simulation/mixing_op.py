@@ -58,7 +58,7 @@ def column_chunk(width: int, lo: int, hi: int) -> int:
 def uniform_blocks(W: torch.Tensor) -> int | None:
     """``b`` when ``W = I_{N/b} ⊗ (1/b) 𝟏𝟏ᵀ`` exactly — ``N/b`` disconnected complete graphs of
     ``b ≥ 2`` nodes with uniform weights, e.g. the reference worlds that replay a federated run
-    (:mod:`bench.membership.reference`) — else ``None``. Then ``W x`` is each block's mean."""
+    (:mod:`bench.attacks.membership.reference_worlds`) — else ``None``. Then ``W x`` is each block's mean."""
     n = W.shape[0]
     b = int((W[0] != 0).sum()) if n else 0
     if b < 2 or n % b:

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from bench.errors import BenchInputError
-from bench.registry import Registry
+from bench.core.errors import BenchInputError
+from bench.core.registry import Registry
 from bench.simulation.flat import FlatModel
 from bench.simulation.per_sample import stacked_node_grads, stacked_sample_grads, stacked_weighted_sum
 

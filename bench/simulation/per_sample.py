@@ -20,7 +20,7 @@ pre-activations (sample ``j`` of node ``v`` influences only its own row). Then
 
 These are the formulas Opacus's ``GradSampleModule`` applies to ``nn.Linear``, batched over
 nodes; they are written here because Opacus wraps one module, not the per-node parameters of
-the stacked engine (``benchmarks/dp.py`` times both). Tested equal to the ``vmap`` path in
+the stacked engine (``performance/dp.py`` times both). Tested equal to the ``vmap`` path in
 float64 (``tests/test_per_sample.py``).
 """
 

@@ -12,7 +12,7 @@ operating system's entropy, so the defense cannot know which call is checked; th
 *first*, so a real call cannot be replayed into it.
 
 A violation is recorded (:attr:`RowLocality.violations`) and refuses the job, like the channel
-audit (:mod:`bench.runner.audit`). What it cannot see: a hook that mixes in another node's data
+audit (:mod:`bench.evaluation.audit`). What it cannot see: a hook that mixes in another node's data
 from an *earlier* call (kept in the defense's state) gives the copy and the real call the same
 output.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from bench.simulation.hooks import DefenseHooks, RoundContext, overridden_callables
+from bench.defense.hooks import DefenseHooks, RoundContext, overridden_callables
 from bench.simulation.messages import MessageBatch
 
 #: send-side hooks whose leading tensor arguments are ``[n, ...]`` rows of nodes

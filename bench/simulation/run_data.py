@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from bench.core.params import check_params
 from bench.data import load_dataset
 from bench.data.partition import PARTITIONS, partition_summary
 from bench.data.stacked import NodeBatch, NodeData, derive_seed
 from bench.protocols.base import BatchPlan
-from bench.registry_utils import check_params
 from bench.simulation.config import DTYPES, SimulationConfig
 
 

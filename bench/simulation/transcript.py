@@ -48,7 +48,7 @@ class Rounds:
         if rounds == "all":
             return cls(every=True)
         if isinstance(rounds, str):
-            from bench.errors import BenchInputError
+            from bench.core.errors import BenchInputError
 
             raise BenchInputError("record.rounds", rounds, reason="give a list of rounds or 'all'")
         return cls(frozenset(int(r) for r in rounds))
@@ -65,7 +65,7 @@ class RunningTotal:
     This is what a receiver of differential messages integrates anyway (PDMM's
     ``z^(t) = z^(0) + Σ_τ Δz^(τ)``), kept in ``O(pairs × P)`` memory whatever the run's length, so
     that attacks needing a whole transcript only through such sums (the telescoped weight
-    increments of :mod:`bench.attacks.reconstruction.pdmm_observables`) can record a few rounds
+    increments of :mod:`bench.attacks.observe.pdmm_observables`) can record a few rounds
     explicitly instead of all of them.
 
     Attributes
@@ -128,7 +128,7 @@ class RunningTotal:
         )
 
     def to_wire(self) -> dict[str, Any]:
-        """Plain data (:mod:`bench.wire`)."""
+        """Plain data (:mod:`bench.core.wire`)."""
         return {
             "senders": self.senders,
             "receivers": self.receivers,

@@ -22,6 +22,6 @@ __all__ = [
 
 def build_threat(name: str, **params) -> Threat:
     """Instantiate threat model ``name`` with ``params`` (errors name the field)."""
-    from bench.registry_utils import call_with_params
+    from bench.core.params import call_with_params
 
     return call_with_params(THREATS, name, "threat", **params)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bench.errors import BenchInputError
-from bench.registry import Registry
+from bench.core.errors import BenchInputError
+from bench.core.registry import Registry
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import Observer, Transcript
 from bench.threats.view import PublicKnowledge, View

@@ -20,9 +20,9 @@ import networkx as nx
 import numpy as np
 import torch
 
+from bench.core.wire import WireError, dumps, loads
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import RunningTotal
-from bench.wire import WireError, dumps, loads
 
 if TYPE_CHECKING:
     from bench.simulation.flat import FlatModel
@@ -189,7 +189,7 @@ class View:
 
     # ------------------------------------------------------------------------- plain data
     def to_wire(self) -> dict[str, Any]:
-        """Plain data (:mod:`bench.wire`): what crosses from the simulation to an attack."""
+        """Plain data (:mod:`bench.core.wire`): what crosses from the simulation to an attack."""
         return {
             "threat": self.threat,
             "coalition": list(self.coalition),
@@ -222,6 +222,6 @@ class View:
 
     @classmethod
     def from_bytes(cls, data: bytes | torch.Tensor) -> View:
-        """A fresh, independent View from serialized bytes or their :func:`~bench.wire.blob`
+        """A fresh, independent View from serialized bytes or their :func:`~bench.core.wire.blob`
         (every tensor newly allocated)."""
         return cls.from_wire(loads(data))

@@ -12,7 +12,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.topology import deterministic, random_graphs  # noqa: F401  (registers the generators)
 from bench.topology.graphs import GRAPHS, build_graph
 from bench.topology.mixing import (

@@ -15,7 +15,7 @@ import math
 
 import networkx as nx
 
-from bench.errors import BenchInputError, require, require_positive_int
+from bench.core.errors import BenchInputError, require, require_positive_int
 from bench.topology.graphs import GRAPHS, relabel, require_fixed_n, require_n, topology_field
 
 # --------------------------------------------------------------------------------------------

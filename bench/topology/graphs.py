@@ -15,8 +15,8 @@ Conventions shared by every generator:
   not already that integer, is kept in the node attribute ``"label"``;
 * the same ``seed`` always gives the same graph; random graphs are resampled with seeds
   derived deterministically from ``seed`` until they are connected (at most ``max_tries``
-  draws, then a :class:`~bench.errors.BenchInputError`);
-* every impossible request is a :class:`~bench.errors.BenchInputError` naming the field
+  draws, then a :class:`~bench.core.errors.BenchInputError`);
+* every impossible request is a :class:`~bench.core.errors.BenchInputError` naming the field
   (``"topology.<param>"``), the value and the reason.
 """
 
@@ -30,9 +30,9 @@ from typing import Any
 
 import networkx as nx
 
-from bench.errors import BenchInputError, require, require_positive_int
-from bench.registry import Registry
-from bench.registry_utils import check_params
+from bench.core.errors import BenchInputError, require, require_positive_int
+from bench.core.params import check_params
+from bench.core.registry import Registry
 
 GraphGenerator = Callable[..., nx.Graph]
 
@@ -93,7 +93,7 @@ def reject_unknown_params(
 ) -> None:
     """Raise a :class:`BenchInputError` for any key of ``params`` that ``fn`` does not accept,
     listing the ones it does, or whose value does not fit its annotation
-    (:func:`~bench.registry_utils.check_params`, errors named ``<field>.<key>``).
+    (:func:`~bench.core.params.check_params`, errors named ``<field>.<key>``).
 
     ``fn``'s own parameters are its keyword-only arguments; the others are the caller's.
     """

@@ -17,8 +17,8 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from bench.errors import BenchInputError, require
-from bench.registry import Registry
+from bench.core.errors import BenchInputError, require
+from bench.core.registry import Registry
 from bench.topology.graphs import reject_unknown_params
 
 MixingRule = Callable[..., np.ndarray]

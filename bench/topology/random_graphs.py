@@ -6,7 +6,7 @@ Erdős–Rényi ``G(n, p)`` (``p = ln n / n`` by default, the "expander" of Pasq
 
 Draw ``k`` of a graph with seed ``s`` uses the ``k``-th seed of ``numpy.random.default_rng(s)``,
 so the same seed always gives the same graph; after ``max_tries`` disconnected draws a
-:class:`~bench.errors.BenchInputError` names the parameter to change.
+:class:`~bench.core.errors.BenchInputError` names the parameter to change.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from bench.errors import BenchInputError, require, require_positive_int
+from bench.core.errors import BenchInputError, require, require_positive_int
 from bench.topology.graphs import GRAPHS, relabel, require_n, require_real, topology_field
 
 DEFAULT_MAX_TRIES = 100

@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
-from bench.defenses_api import Defense, build_defense
+from bench.core.params import call_with_params
+from bench.defense.hooks import DefenseHooks, RunInfo
+from bench.defense.plugin import Defense, build_defense
 from bench.protocols import PROTOCOLS
-from bench.registry_utils import call_with_params
 from bench.simulation import Simulation
-from bench.simulation.hooks import DefenseHooks, RunInfo
 from bench.simulation.messages import MessageBatch
 from bench.threats import Threat
 
@@ -88,7 +88,7 @@ def defense(name: str, **params: Any) -> Defense:
 
 
 def run_info(n_nodes: int = 4, n_params: int = 10, protocol: str = "fedsgd", **fields: Any) -> RunInfo:
-    """A :class:`~bench.simulation.hooks.RunInfo` for calling a defense's hooks directly (``bind``
+    """A :class:`~bench.defense.hooks.RunInfo` for calling a defense's hooks directly (``bind``
     it, then e.g. ``local_gradients(g, RoundContext(0))``): ``n_nodes`` nodes of one sample each,
     ``n_params`` parameters, float64 on the CPU, seed 0; any other field by keyword."""
     base: dict[str, Any] = {

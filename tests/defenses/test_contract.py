@@ -8,7 +8,7 @@ registered defense changes what it claims to change.
 * Every registered defense, in each of its :attr:`examples` and each configuration of the
   ``quick`` and ``standard`` suites, run on every protocol it applies to, differs from the
   undefended run (in the transcript or the state); a defense that changes nothing is a bug.
-* Each of those runs passes the channel audit (:mod:`bench.runner.audit`): every aggregation of
+* Each of those runs passes the channel audit (:mod:`bench.evaluation.audit`): every aggregation of
   every round, recomputed by a new instance of the defense from the receivers' own states and the
   delivered messages alone, gives what the run gave, and each gossip aggregation is row-local;
   and every call of its send-side hooks is row-local (:mod:`bench.simulation.row_locality`).
@@ -20,11 +20,11 @@ import pytest
 import torch
 from defense_runs import PROTOCOL_CONFIGS, REPO, defense, differs, protocol_of, run
 
-from bench.catalog import Catalog
-from bench.defenses_api import DEFENSES, load_all_defenses
-from bench.runner.audit import replay
-from bench.simulation.hooks import HOOK_NAMES, DefenseHooks
+from bench.defense.hooks import HOOK_NAMES, DefenseHooks
+from bench.defense.plugin import DEFENSES, load_all_defenses
+from bench.evaluation.audit import replay
 from bench.simulation.messages import SERVER
+from bench.spec.catalog import Catalog
 
 load_all_defenses(REPO)
 
@@ -149,8 +149,8 @@ def test_the_generator_of_a_tag_is_a_stream_and_generator_at_repeats():
     continues), the same seed the same run; ``generator_at`` restarts at the tag's seed."""
     from dataclasses import replace
 
-    from bench.defenses_api import Defense
-    from bench.simulation.hooks import RunInfo
+    from bench.defense.hooks import RunInfo
+    from bench.defense.plugin import Defense
 
     class Plain(Defense):
         pass

@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from bench import cli
-from bench.defense_source import (
+from bench.defense.sources import (
     ORIGINAL,
     PAPERS,
     UNDECLARED,
@@ -23,15 +23,15 @@ from bench.defense_source import (
     source_record,
     summary_problem,
 )
-from bench.defenses_api import DEFENSES, discover_defenses, load_all_defenses
-from bench.errors import BenchInputError
+from bench.defense.plugin import DEFENSES, discover_defenses, load_all_defenses
+from bench.core.errors import BenchInputError
 from bench.leaderboard import files
 from bench.leaderboard.declared import checked_declarations
 from bench.leaderboard.entry import DefenseInfo, Entry, Verification
 from bench.leaderboard.verify import VerifyReport
 from bench.results import provenance
 from bench.results.store import ResultStore
-from bench.site.entry_page import source_line, verification_line
+from bench.leaderboard.site.entry_page import source_line, verification_line
 from tests.support.result_samples import sample_results
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,8 +152,8 @@ def test_a_plugin_cannot_cite_a_paper_the_bibliography_lacks(tmp_path: Path) -> 
     paper to the child's copy of it is undeclared; the parent never imports the plugin."""
     (tmp_path / "defenses").mkdir()
     (tmp_path / "defenses" / "forger.py").write_text(
-        "from bench.defense_source import PAPERS, Paper\n"
-        "from bench.defenses_api import DEFENSES, Defense\n"
+        "from bench.defense.sources import PAPERS, Paper\n"
+        "from bench.defense.plugin import DEFENSES, Defense\n"
         "PAPERS['forged2024'] = Paper('Forged', 'Nobody', 'Nowhere', 2024, 'https://example.org')\n"
         "@DEFENSES.register('forger', 'a forged source')\n"
         "class Forger(Defense):\n"

@@ -12,7 +12,7 @@ import torch
 from defense_runs import DIGITS_MLP, defense, protocol_of, run
 from scipy import stats
 
-from bench.privacy.distributed import aggregate_noise_multiplier, participants, share_sizes
+from bench.defense.privacy.distributed import aggregate_noise_multiplier, participants, share_sizes
 
 SIGMA, CLIP, LR, BATCH = 3.0, 0.1, 0.5, 2
 

@@ -14,7 +14,7 @@ from defense_runs import defense, run
 from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
 
-from bench.privacy.accounting import epsilon
+from bench.defense.privacy.accounting import epsilon
 
 # Opacus's accountants, called directly here, warn when RDP's best order is an end of its range
 # and when PRV's discretization takes log(0) at q = 1 (harmless: the result is checked)
@@ -81,7 +81,7 @@ def test_poisson_sampling_of_the_local_set_is_accounted_by_opacus():
 def test_poisson_sampling_of_a_fixed_size_minibatch_is_refused():
     from defense_runs import protocol_of
 
-    from bench.errors import BenchInputError
+    from bench.core.errors import BenchInputError
 
     d = defense("dp_sgd", noise_multiplier=0.9, sampling="poisson", sample_rate=0.5)
     assert "needs full batches" in d.applies_to(*protocol_of("dpsgd"))  # batch 2 of 4
@@ -170,7 +170,7 @@ def test_prv_far_outside_a_meaningful_guarantee_reports_the_rdp_bound():
 def test_an_epsilon_is_labelled_with_the_accountant_that_gave_it():
     """PRV asked, RDP's bound reported (ε by RDP above PRV_MAX_EPSILON): the record says "rdp",
     and what was asked; with the relation and the sampling the engine used."""
-    from bench.privacy.accounting import PRV_MAX_EPSILON, epsilon_spent
+    from bench.defense.privacy.accounting import PRV_MAX_EPSILON, epsilon_spent
 
     eps, used = epsilon_spent(0.3, 1.0, 200, 1e-5, "prv")
     assert used == "rdp" and eps > PRV_MAX_EPSILON

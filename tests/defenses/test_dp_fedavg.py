@@ -8,7 +8,7 @@ import torch
 from defense_runs import DIGITS_MLP, defense, protocol_of, run
 from scipy import stats
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 FEDAVG = {"lr": 0.5, "batch_size": 4, "local_steps": 3, "weighting": "uniform"}
 

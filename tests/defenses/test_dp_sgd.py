@@ -12,8 +12,8 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from scipy import stats
 
+from bench.core.errors import BenchInputError
 from bench.data.stacked import derive_seed
-from bench.errors import BenchInputError
 
 # Opacus's GradSampleModule warns that no input requires a gradient (it needs none)
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook:UserWarning")

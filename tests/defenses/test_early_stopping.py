@@ -4,7 +4,7 @@ import pytest
 from defense_runs import PROTOCOL_CONFIGS, config, defense, protocol_of, run
 from pytorch_lightning.callbacks import EarlyStopping
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.simulation import Simulation
 from bench.simulation.lightning import run_simulation
 

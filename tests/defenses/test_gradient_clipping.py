@@ -4,8 +4,8 @@ import pytest
 import torch
 from defense_runs import defense, differs, protocol_of, run
 
-from bench.errors import BenchInputError
-from bench.simulation.hooks import RoundContext
+from bench.core.errors import BenchInputError
+from bench.defense.hooks import RoundContext
 
 
 def _messages(sim, kind, round_=None):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from defense_runs import PROTOCOL_CONFIGS, config, defense, protocol_of, run
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.simulation import Simulation
 
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from bench.defenses_api import build_defense
-from bench.errors import BenchInputError
-from bench.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
+from bench.core.errors import BenchInputError
+from bench.defense.plugin import build_defense
+from bench.defense.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
 from bench.simulation import Simulation
 from bench.topology import Topology
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from opacus.accountants import RDPAccountant
 
-from bench.defenses_api import build_defense
-from bench.errors import BenchInputError
-from bench.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
+from bench.core.errors import BenchInputError
+from bench.defense.plugin import build_defense
+from bench.defense.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
 from bench.simulation import Simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha")

@@ -4,7 +4,7 @@ import pytest
 import torch
 from defense_runs import PROTOCOL_CONFIGS, defense, protocol_of, run
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 
 def _node_messages(sim):

@@ -6,9 +6,9 @@ import pytest
 import torch
 from defense_runs import PROTOCOL_CONFIGS, defense, differs, protocol_of, run
 
-from bench.defense_ops import column_blocks
-from bench.errors import BenchInputError
-from bench.simulation.hooks import RoundContext
+from bench.core.errors import BenchInputError
+from bench.defense.hooks import RoundContext
+from bench.defense.rowwise import column_blocks
 from bench.simulation.messages import MessageBatch
 from bench.simulation.mixing_op import GossipMixer
 

@@ -9,11 +9,11 @@ import torch
 from defense_runs import config, defense, protocol_of, run
 
 from bench.attacks import AttackError, build_attack
-from bench.attacks.aggregate import neighbor_aggregate, server_aggregate
-from bench.attacks.gradient_recovery import recover_neighbor_gradients
-from bench.attacks.gradients import first_payloads
-from bench.errors import BenchInputError
-from bench.secagg import SecAggFailure, SecAggOverflow
+from bench.attacks.observe.aggregate import neighbor_aggregate, server_aggregate
+from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
+from bench.attacks.observe.gradients import first_payloads
+from bench.core.errors import BenchInputError
+from bench.defense.secagg import SecAggFailure, SecAggOverflow
 from bench.simulation import Simulation
 from bench.threats import build_threat
 
@@ -93,10 +93,10 @@ def _collusion(secure) -> list[tuple[torch.Tensor, torch.Tensor]]:
     self-mask seed ``b_u``. Together they strip every mask off ``u``'s message to ``v2`` *as if*
     that key served ``v2``'s instance too. Returns ``(what they recover, u's encoded input)``
     for every such (u, v1, v2) in the run's transcript."""
-    from bench.secagg.fixed_point import ring_mask, ring_sub
-    from bench.secagg.keys import agree
-    from bench.secagg.prg import expand
-    from bench.secagg.shamir import field_to_bytes, reconstruct
+    from bench.defense.secagg.fixed_point import ring_mask, ring_sub
+    from bench.defense.secagg.keys import agree
+    from bench.defense.secagg.prg import expand
+    from bench.defense.secagg.shamir import field_to_bytes, reconstruct
 
     found = []
     for m in messages(secure, "model"):

@@ -4,7 +4,7 @@ import pytest
 import torch
 from defense_runs import config, defense, protocol_of, run
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 from bench.protocols import PROTOCOLS
 from bench.simulation import Simulation
 

@@ -22,7 +22,7 @@ import torch
 from defense_runs import PROTOCOL_CONFIGS, REPO, config, defense, protocol_of
 
 from bench.data.stacked import derive_seed
-from bench.defenses_api import DEFENSES, Defense, load_all_defenses
+from bench.defense.plugin import DEFENSES, Defense, load_all_defenses
 from bench.simulation import Simulation
 from bench.threats import build_threat
 

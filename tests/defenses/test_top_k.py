@@ -6,8 +6,8 @@ import pytest
 import torch
 from defense_runs import PROTOCOL_CONFIGS, defense, protocol_of, run, run_info
 
-from bench.errors import BenchInputError
-from bench.simulation.hooks import RoundContext, RunInfo
+from bench.core.errors import BenchInputError
+from bench.defense.hooks import RoundContext, RunInfo
 
 
 def _run_info(n: int, p: int) -> RunInfo:

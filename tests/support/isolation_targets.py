@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from bench.errors import BenchInputError
+from bench.core.errors import BenchInputError
 
 
 def echo(request: Any) -> Any:
@@ -57,7 +57,7 @@ def hostile_answer(request: Any) -> Any:
 
 def ask_twice(request: Any) -> Any:
     """Query the parent mid-request (as a generic attack queries the defense oracle)."""
-    from bench.runner import queries
+    from bench.evaluation import queries
 
     answers = [queries.query({"n": n}) for n in request["ns"]]
     try:
@@ -71,7 +71,7 @@ def sandboxed_scratch(request: Any) -> Any:
     """Enter the sandbox, write a file into the scratch folder and say where it is."""
     import tempfile
 
-    from bench.runner import sandbox
+    from bench.evaluation import sandbox
 
     sandbox.enter("test")
     path = os.path.join(tempfile.gettempdir(), "left-behind")
@@ -82,7 +82,7 @@ def sandboxed_scratch(request: Any) -> Any:
 
 def sandboxed_read(request: Any) -> Any:
     """Enter the sandbox and try to read each of ``request["paths"]``: what each read gave."""
-    from bench.runner import sandbox
+    from bench.evaluation import sandbox
 
     sandbox.enter("test")
     seen = {}

@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-from bench.catalog import Catalog
 from bench.leaderboard import files
+from bench.spec.catalog import Catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRIES = ROOT / "leaderboard" / "entries"

@@ -1,6 +1,6 @@
 """What a gradient-matching attack changes when it knows the defense (its adaptive variant).
 
-Two facts of a defense's declared knowledge (:meth:`bench.defenses_api.Defense.adaptive_knowledge`)
+Two facts of a defense's declared knowledge (:meth:`bench.defense.plugin.Defense.adaptive_knowledge`)
 change the matching objective ``D(∇_θ L(θ; x, y), g)`` of DLG and Inverting Gradients:
 
 * **sparsification** (``sparsified: true``, the top-k defense): the observed ``g`` is zero off

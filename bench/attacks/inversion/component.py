@@ -4,7 +4,7 @@ and the combined gradient-difference + gradient-sum objective (TIFS §VIII-A.3, 
 Subspace perturbation hides each honest node's gradient behind a constant ``z^(0)`` term, but the
 terms cancel over a connected honest component ``V_{h,l}``, whose **gradient sum**
 ``S^(k) = Σ_{i∈V_{h,l}} ∇f_i(w_i^(k))`` an eavesdropper learns exactly (Proposition 1 (iii),
-Eq. 32; :meth:`~bench.attacks.reconstruction.pdmm_observables.PDMMObservables.component_sums`).
+Eq. 32; :meth:`~bench.attacks.observe.pdmm_observables.PDMMObservables.component_sums`).
 Eq. 30 inverts it with dummy data ``x′_i`` for *every* node of the component, each node's
 gradient evaluated at its own weights:
 
@@ -42,7 +42,6 @@ import torch
 from torch.func import grad, vmap
 
 from bench.attacks.base import ATTACKS, AttackError, Reconstruction
-from bench.attacks.gradients import flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.distance import gradient_distance
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.matching import (
@@ -56,10 +55,11 @@ from bench.attacks.inversion.optimizers import BatchedResult
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, label_hypotheses
 from bench.attacks.inversion.regularizers import total_variation
-from bench.attacks.reconstruction.pdmm_observables import Observables, honest_nodes
+from bench.attacks.observe.gradients import flat_model, input_shape, loss_function, loss_name
+from bench.attacks.observe.pdmm_observables import Observables, honest_nodes
+from bench.core.errors import require_number, require_positive_int
+from bench.core.params import require_choice
 from bench.data.stacked import counter_hash
-from bench.errors import require_number, require_positive_int
-from bench.registry_utils import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
@@ -208,7 +208,7 @@ class GradientSumInversion(PDMMInversion):
 
     def run(self, view: View, observables: Observables | None = None) -> list[Reconstruction]:
         """Attack ``view``; ``observables`` replaces the ones rebuilt from its traffic (harness
-        side: :class:`~bench.attacks.reconstruction.pdmm_observables.OracleObservables`
+        side: :class:`~bench.attacks.observe.pdmm_observables.OracleObservables`
         separates estimation error from inversion error)."""
         model = flat_model(view)
         loss = loss_name(view)

@@ -2,7 +2,7 @@
 Algorithm 6, TIFS §3.2).
 
 The target is an honest node's gradient difference ``∇f_i(w^(k+ℓ)) − ∇f_i(w^(k))`` recovered
-from eavesdropped Δz (:class:`~bench.attacks.reconstruction.pdmm_observables.PDMMObservables`),
+from eavesdropped Δz (:class:`~bench.attacks.observe.pdmm_observables.PDMMObservables`),
 and the dummy data ``x′`` is matched with **both models in the graph**:
 
     min_{x′}  D( ∇f(w^(k+ℓ), x′, ℓ′) − ∇f(w^(k), x′, ℓ′),  target ) + λ_TV TV(x′)
@@ -22,7 +22,6 @@ import torch
 from torch.func import grad
 
 from bench.attacks.base import ATTACKS, Reconstruction
-from bench.attacks.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.matching import (
     MATCHING_METHODS,
@@ -34,9 +33,10 @@ from bench.attacks.inversion.matching import (
 )
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.inversion.problems import best_per_victim, build_problems
-from bench.attacks.reconstruction.pdmm_observables import Observables
-from bench.errors import require_positive_int
-from bench.registry_utils import require_choice
+from bench.attacks.observe.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
+from bench.attacks.observe.pdmm_observables import Observables
+from bench.core.errors import require_positive_int
+from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
@@ -102,7 +102,7 @@ class GradientDifferenceInversion(PDMMInversion):
 
     def run(self, view: View, observables: Observables | None = None) -> list[Reconstruction]:
         """Attack ``view``; ``observables`` replaces the ones rebuilt from its traffic (harness
-        side: :class:`~bench.attacks.reconstruction.pdmm_observables.OracleObservables`)."""
+        side: :class:`~bench.attacks.observe.pdmm_observables.OracleObservables`)."""
         model = flat_model(view)
         obs = self.observables(view, observables)
         dg, w_early, w_late = obs.gradient_differences(self.lag, "delta_z", anchor=self.anchor)

@@ -4,7 +4,7 @@ Inverting Gradients, over the concatenated gradient of all layers.
 
 Each evaluation path of the matching objective applies it (:mod:`.matching`'s ``vmap``,
 :mod:`.autograd_matching`, the gradient sums of :mod:`.component`) and so does the defense
-oracle (:mod:`bench.runner.oracle`); the Gram expansion of :mod:`.gram` computes the same
+oracle (:mod:`bench.evaluation.oracle`); the Gram expansion of :mod:`.gram` computes the same
 numbers without forming the gradient.
 """
 

@@ -2,7 +2,7 @@
 label hypotheses as one batched L-BFGS or Adam optimization.
 
 Each problem is ``min_x ‖∇_θ L(θ; x, y_h) − g‖²`` for an observed gradient ``g`` at ``θ``
-(:mod:`bench.attacks.targets`), built by :mod:`bench.attacks.inversion.problems`, evaluated by
+(:mod:`bench.attacks.observe.targets`), built by :mod:`bench.attacks.inversion.problems`, evaluated by
 :mod:`bench.attacks.inversion.matching` and optimized by :mod:`bench.attacks.inversion.optimizers`.
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
-from bench.attacks.gradients import flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.adaptive import matching_adaptation
 from bench.attacks.inversion.matching import MATCHES, OBJECTIVES, matching_fn
 from bench.attacks.inversion.optimizers import OPTIMIZERS, batched_adam, batched_lbfgs
 from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, Problems, best_per_victim, build_problems
+from bench.attacks.observe.gradients import flat_model, input_shape, loss_function, loss_name
+from bench.attacks.observe.targets import SOURCES, gradient_targets, source_kinds, source_rounds
 from bench.attacks.oracle import OracleClient
-from bench.attacks.targets import SOURCES, gradient_targets, source_kinds, source_rounds
-from bench.errors import require_number, require_positive_int
-from bench.registry_utils import require_choice
+from bench.core.errors import require_number, require_positive_int
+from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
@@ -51,7 +51,7 @@ class BatchedDLG(Attack):
     Parameters
     ----------
     rounds, source, init_scale, batch_size, seed:
-        As :class:`~bench.attacks.dlg.DLG`.
+        As :class:`~bench.attacks.inversion.dlg.DLG`.
     restarts:
         Initializations per victim (shared by its label hypotheses).
     labels:

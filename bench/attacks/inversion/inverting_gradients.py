@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bench.attacks.base import ATTACKS, Attack, Reconstruction, Requirement
-from bench.attacks.gradients import (
+from bench.attacks.inversion.adaptive import matching_adaptation
+from bench.attacks.inversion.matching import MATCHES, matching_fn
+from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
+from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
+from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
+from bench.attacks.inversion.regularizers import pixel_box
+from bench.attacks.observe.gradients import (
     GradientTarget,
     architecture,
     flat_model,
@@ -13,16 +19,10 @@ from bench.attacks.gradients import (
     loss_function,
     loss_name,
 )
-from bench.attacks.inversion.adaptive import matching_adaptation
-from bench.attacks.inversion.matching import MATCHES, matching_fn
-from bench.attacks.inversion.optimizers import batched_adam, step_decay_milestones
-from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
-from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
-from bench.attacks.inversion.regularizers import pixel_box
+from bench.attacks.observe.targets import SOURCES, gradient_targets, source_kinds, source_rounds
 from bench.attacks.oracle import OracleClient
-from bench.attacks.targets import SOURCES, gradient_targets, source_kinds, source_rounds
-from bench.errors import require_number, require_positive_int
-from bench.registry_utils import require_choice
+from bench.core.errors import require_number, require_positive_int
+from bench.core.params import require_choice
 from bench.threats import View
 
 #: ``iterations``, ``restarts`` and ``tv_weight`` of the presets. ``paper``: the settings of
@@ -142,7 +142,7 @@ class InvertingGradients(Attack):
         """Invert the given gradients (each at its own parameters ``theta``), all victims,
         restarts and label hypotheses in one batched optimization; the View gives only the
         architecture, loss and normalization. Used by attacks that first recover gradients
-        (e.g. :mod:`bench.attacks.dgd_knowledge`)."""
+        (e.g. :mod:`bench.attacks.knowledge.dgd_knowledge`)."""
         model = flat_model(view)
         shape = input_shape(view)
         probs = build_problems(

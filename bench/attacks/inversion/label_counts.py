@@ -50,9 +50,9 @@ import torch
 from torch import nn
 
 from bench.attacks.base import AttackError
-from bench.attacks.idlg import LABEL_LOSSES
-from bench.errors import require_positive_int
-from bench.registry_utils import require_choice
+from bench.attacks.inversion.idlg import LABEL_LOSSES
+from bench.core.errors import require_positive_int
+from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel, ParamSlot
 
 #: ``auto``: ``bias`` when the last layer has a bias, else ``weight``
@@ -65,7 +65,8 @@ def last_layer(model: FlatModel) -> tuple[ParamSlot, ParamSlot | None]:
 
     The last parameter is taken as the last layer's bias when it is one-dimensional and the
     parameter before it is a weight of the same module (``<prefix>.weight``) with as many rows;
-    a two-dimensional last parameter is a weight without a bias (as :func:`~bench.attacks.idlg.idlg_label`).
+    a two-dimensional last parameter is a weight without a bias (as
+    :func:`~bench.attacks.inversion.idlg.idlg_label`).
     """
     last = model.slots[-1]
     if len(last.shape) == 2:

@@ -19,18 +19,7 @@ import torch
 from torch.func import grad, vmap
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.gradients import (
-    GradientTarget,
-    architecture,
-    first_payloads,
-    flat_model,
-    input_shape,
-    knowledge,
-    loss_function,
-    loss_name,
-    server_targets,
-)
-from bench.attacks.idlg import LABEL_LOSSES
+from bench.attacks.inversion.idlg import LABEL_LOSSES
 from bench.attacks.inversion.matching import (
     OBJECTIVES,
     BatchedFn,
@@ -53,8 +42,19 @@ from bench.attacks.inversion.problems import (
     enumeration_size,
 )
 from bench.attacks.inversion.regularizers import pixel_box, total_variation
-from bench.errors import require_number, require_positive_int
-from bench.registry_utils import require_choice
+from bench.attacks.observe.gradients import (
+    GradientTarget,
+    architecture,
+    first_payloads,
+    flat_model,
+    input_shape,
+    knowledge,
+    loss_function,
+    loss_name,
+    server_targets,
+)
+from bench.core.errors import require_number, require_positive_int
+from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 from bench.threats import View
@@ -92,7 +92,7 @@ def local_schedule(hyperparameters: Mapping[str, Any], local_size: int | None = 
       independent minibatches of ``B`` (:meth:`~bench.data.stacked.NodeData.round_batch`), so
       ``K·B`` dummy samples, step ``s`` on ``[s·B, (s+1)·B)`` — Geiping's sequential assignment
       (inversefed ``loss_steps``: batch ``i mod (n/B)``). A sample the protocol drew in two
-      steps is two dummy samples (the truth of :func:`~bench.runner.job.truth_for` also holds
+      steps is two dummy samples (the truth of :func:`~bench.evaluation.job.truth_for` also holds
       it twice). Assumes every local set holds at least ``B`` samples.
     * **full batch** (``batch_size = None``, or ``local_size ≤ B``): ``local_size`` dummy
       samples, every step on all of them; the truth counts them once.
@@ -245,7 +245,7 @@ class UpdateTarget:
 
 def update_targets(view: View, round_: int) -> list[UpdateTarget]:
     """The clients' updates observed in ``round_``: the uploaded ``local_model`` minus the
-    ``global_model`` the client received at step 0 (:func:`~bench.attacks.gradients.server_targets`)."""
+    ``global_model`` it received at step 0 (:func:`~bench.attacks.observe.gradients.server_targets`)."""
     if not first_payloads(view, round_, UPLOAD_KIND):
         raise AttackError(
             f"no messages of kind '{UPLOAD_KIND}' observed in round {round_} (the {view.threat} view "

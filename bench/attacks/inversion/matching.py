@@ -40,7 +40,7 @@ from bench.attacks.inversion.distance import gradient_distance
 from bench.attacks.inversion.gram import GramMatching, gram_applicable
 from bench.attacks.inversion.oracle_transform import DefenseTransform
 from bench.attacks.inversion.regularizers import total_variation
-from bench.registry_utils import require_choice
+from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel
 from bench.simulation.objective import LossFn
 

@@ -5,7 +5,7 @@ honest node's local update gives its gradient up to a constant:
 
     g̃_i^(k) = ∇f_i(w_i^(k)) + Σ_{j∈N_i honest} B_{i|j} z_{i|j}^(0)       (Eq. 21, corrected)
 
-(:meth:`~bench.attacks.reconstruction.pdmm_observables.PDMMObservables.noisy_gradients`). The
+(:meth:`~bench.attacks.observe.pdmm_observables.PDMMObservables.noisy_gradients`). The
 attack treats ``g̃`` as if it were the gradient and runs DLG (or the Inverting Gradients
 recipe) on it. With σ_z² = 0 it *is* the gradient (TIFS Theorem 1 (a): DFL leaks what CFL
 leaks); as σ_z² grows the ``z^(0)`` term buries the gradient and the reconstruction collapses
@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bench.attacks.base import ATTACKS, Reconstruction
-from bench.attacks.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
 from bench.attacks.inversion.matching import matching_fn
 from bench.attacks.inversion.oracle_transform import (
     node_gradient_variant,
@@ -30,8 +29,9 @@ from bench.attacks.inversion.oracle_transform import (
 )
 from bench.attacks.inversion.pdmm_base import PDMMInversion
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, best_per_victim, build_problems
-from bench.attacks.reconstruction.pdmm_observables import Observables
-from bench.registry_utils import require_choice
+from bench.attacks.observe.gradients import GradientTarget, flat_model, input_shape, loss_function, loss_name
+from bench.attacks.observe.pdmm_observables import Observables
+from bench.core.params import require_choice
 from bench.threats import View
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class NoisyGradientInversion(PDMMInversion):
         self, view: View, observables: Observables | None = None, oracle: OracleClient | None = None
     ) -> list[Reconstruction]:
         """Attack ``view``; ``observables`` replaces the ones rebuilt from its traffic (harness
-        side: :class:`~bench.attacks.reconstruction.pdmm_observables.OracleObservables`); with
+        side: :class:`~bench.attacks.observe.pdmm_observables.OracleObservables`); with
         ``oracle``, the generic defense-aware variant (module
         :mod:`~bench.attacks.inversion.oracle_transform`)."""
         model = flat_model(view)

@@ -10,8 +10,8 @@ observed gradient ``g`` instead of ``∇_θ L`` itself:
 where ``D_{v,t}`` is victim ``v``'s pipeline in round ``t`` (``per_sample_gradients`` or the
 mean, ``local_gradients``, the protocol's step, ``local_update``, ``outgoing``:
 :meth:`bench.protocols.Protocol.observed_gradient`). ``D`` runs in the sandboxed oracle process
-(:mod:`bench.runner.oracle`), never here: :class:`~bench.attacks.oracle.OracleClient` sends
-plain-data queries through ``ask`` (the harness's relay, :func:`bench.runner.queries.query`),
+(:mod:`bench.evaluation.oracle`), never here: :class:`~bench.attacks.oracle.OracleClient` sends
+plain-data queries through ``ask`` (the harness's relay, :func:`bench.evaluation.queries.query`),
 and one query answers one evaluation of the objective, in one of two forms:
 
 * **input queries** (:class:`InputsThroughOracle`; the gradient-matching attacks whose loss is
@@ -39,15 +39,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bench.attacks.base import AttackError, OracleUnavailable
-from bench.attacks.gradients import loss_name
+from bench.attacks.observe.gradients import loss_name
 from bench.attacks.oracle import UNKNOWN_PROBLEMS, OracleClient
-from bench.simulation.hooks import GRADIENT_HOOKS
+from bench.defense.hooks import GRADIENT_HOOKS
 from bench.threats import View
 
 if TYPE_CHECKING:
     from bench.protocols import Protocol
 
-#: the gradient sources whose targets are one node's message (:mod:`bench.attacks.targets`): the
+#: the gradient sources whose targets are one node's message (:mod:`bench.attacks.observe.targets`): the
 #: ones a generic variant can push through that node's pipeline (not aggregates, not the Sybil
 #: difference of two secure aggregates)
 GENERIC_SOURCES = ("auto", "server_gradient", "neighbor_recovery")

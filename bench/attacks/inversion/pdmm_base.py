@@ -9,7 +9,7 @@ only in their target and objective:
 * honest-component gradient sums (iii), Eq. 23/30, and the combined diff + sum objective —
   :mod:`.component`.
 
-Each reads :class:`~bench.attacks.reconstruction.pdmm_observables.PDMMObservables` rebuilt from
+Each reads :class:`~bench.attacks.observe.pdmm_observables.PDMMObservables` rebuilt from
 the eavesdropped ``Δz`` (or, harness side, the :class:`OracleObservables` of the run, to separate
 estimation error from inversion error) and optimizes all victims × restarts × label hypotheses
 as one batched problem, with either
@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 import torch
 
 from bench.attacks.base import Attack, AttackError, Requirement
-from bench.attacks.gradients import architecture, input_shape
 from bench.attacks.inversion.matching import OBJECTIVES, BatchedFn
 from bench.attacks.inversion.optimizers import (
     OPTIMIZERS,
@@ -41,7 +40,8 @@ from bench.attacks.inversion.optimizers import (
     step_decay_milestones,
 )
 from bench.attacks.inversion.regularizers import pixel_box
-from bench.attacks.reconstruction.pdmm_observables import (
+from bench.attacks.observe.gradients import architecture, input_shape
+from bench.attacks.observe.pdmm_observables import (
     MODELLED,
     Observables,
     PDMMObservables,
@@ -49,8 +49,8 @@ from bench.attacks.reconstruction.pdmm_observables import (
     honest_nodes,
     inexact_adaptation,
 )
-from bench.errors import require, require_number, require_positive_int
-from bench.registry_utils import require_choice
+from bench.core.errors import require, require_number, require_positive_int
+from bench.core.params import require_choice
 from bench.threats import View
 
 ANCHORS = ("coalition", "zeros")
@@ -84,7 +84,7 @@ class PDMMInversion(Attack):
         solver without a closed-form leakage — the inexact-update defense — is taken as
         ``exact``, which is wrong, as in ``pdmm_analytic_logreg``). ``"inexact"`` is the
         defense-aware observer of ``k_max`` inner steps
-        (:meth:`~bench.attacks.reconstruction.pdmm_observables.SolverModel.inexact_gradient`).
+        (:meth:`~bench.attacks.observe.pdmm_observables.SolverModel.inexact_gradient`).
     k_max, alpha:
         The inner steps and step size ``assume="inexact"`` models (``None``: the public ones).
     batch_size:
@@ -162,7 +162,7 @@ class PDMMInversion(Attack):
         """Every Δz of rounds ``0 .. k + lag + 1`` (row ``k`` of a one-step solver's observables
         comes from round ``k + 1``), plus the running totals of Δz and the coalition's final
         model, from which the weights of those rounds are anchored
-        (:meth:`~bench.attacks.reconstruction.pdmm_observables.PDMMObservables.weights`) — a
+        (:meth:`~bench.attacks.observe.pdmm_observables.PDMMObservables.weights`) — a
         transcript bounded in the attacked rounds, not in the run's length."""
         last = max(self.rounds, default=0) + self.lag_needed + 1
         return Requirement(rounds=tuple(range(last + 1)), kinds=("z0", "delta_z"), totals=("delta_z",))

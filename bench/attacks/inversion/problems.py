@@ -2,7 +2,7 @@
 flattened into K independent matching problems, and the best problem per victim.
 
 For every observed gradient ``g`` at parameters ``θ`` (a
-:class:`~bench.attacks.gradients.GradientTarget`), every restart ``r`` and every label
+:class:`~bench.attacks.observe.gradients.GradientTarget`), every restart ``r`` and every label
 hypothesis ``y_h`` of :func:`label_hypotheses`, the problem
 
     min_x  D(∇_θ L(θ; x, y_h), g) + λ_TV · TV(x)
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.attacks.aggregate import drop_own
 from bench.attacks.base import AttackError, Reconstruction
-from bench.attacks.gradients import GradientTarget
-from bench.attacks.idlg import LABEL_LOSSES, idlg_label
+from bench.attacks.inversion.idlg import LABEL_LOSSES, idlg_label
 from bench.attacks.inversion.label_counts import infer_label_counts
 from bench.attacks.inversion.optimizers import BatchedResult
+from bench.attacks.observe.aggregate import drop_own
+from bench.attacks.observe.gradients import GradientTarget
 from bench.data.stacked import counter_hash
 from bench.simulation.flat import FlatModel
 
@@ -61,7 +61,7 @@ def label_hypotheses(
     analytically (iDLG or label counts: one hypothesis) rather than enumerated.
 
     ``idlg``: the analytic label of a one-sample classification gradient
-    (:func:`~bench.attacks.idlg.idlg_label`).
+    (:func:`~bench.attacks.inversion.idlg.idlg_label`).
     ``counts``: the label multiset of a batch from the last layer's gradient,
     ``n_c = B (p̄_c − ∂L/∂b_c)`` with the mean softmax ``p̄`` estimated on dummy inputs at
     ``theta`` (:func:`~bench.attacks.inversion.label_counts.infer_label_counts`; needs ``theta``

@@ -7,8 +7,9 @@ For the attacked round ``t`` and each client ``c`` observed by then, the target 
 
     θ̂_c*(t) = decode({(θ(s), θ_c(s)) : s ∈ T^c, s ≤ t}),
 
-the decoder of :class:`~bench.attacks.local_model.LocalModelReconstruction` run on the pairs
-of the rounds up to ``t`` (:meth:`~bench.attacks.local_model.LocalModelReconstruction.decode_pairs`):
+the decoder of :class:`~bench.attacks.model_recovery.local_model.LocalModelReconstruction` run on the pairs
+of the rounds up to ``t``
+(:meth:`~bench.attacks.model_recovery.local_model.LocalModelReconstruction.decode_pairs`):
 Observation 1's ``θ̂ = W⁻¹v`` from the float64 least squares of ``[θ(s)ᵀ, −1] S = Δθ(s)ᵀ``
 (``method: exact``; exact for linear least squares, a fitted affine model of the local
 training otherwise) or Algorithm 3 (``method: mapping``, Eqs. 6–7). The decoder's parameters are
@@ -29,10 +30,10 @@ from typing import Any
 import torch
 
 from bench.attacks.base import AttackError, Requirement
-from bench.attacks.local_model import LocalModelReconstruction
 from bench.attacks.membership.observed import LAST, fixed_rounds
-from bench.attacks.reconstruction.local_model import ObservedPairs, observed_pairs
-from bench.errors import require
+from bench.attacks.model_recovery.decoder import ObservedPairs, observed_pairs
+from bench.attacks.model_recovery.local_model import LocalModelReconstruction
+from bench.core.errors import require
 from bench.threats import View
 
 DECODED = "decoded_local_model"

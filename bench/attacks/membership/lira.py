@@ -5,12 +5,13 @@ For each candidate ``n`` the attacker computes the logit-scaled confidence
 ``φ = log(p_y / (1 − p_y))`` of the observed target model and of the ``M`` reference models
 (none of which trained on a candidate), fits ``N(μ_out,n, σ²_out,n)`` to the references and
 scores ``log Φ((φ_n − μ_out,n) / σ_out,n)`` — the one-sided likelihood test of the offline attack
-(:func:`bench.membership.lira.lira_offline`).
+(:func:`bench.attacks.membership.likelihood_ratio.lira_offline`).
 
 Online (``online: true``): every candidate is in half of the worlds — the attacker trains on
 the candidates it was given, not knowing which are members (filled up from the population) — and
 the score is the log-likelihood ratio of ``N(μ_in,n, σ²_in,n)`` and ``N(μ_out,n, σ²_out,n)``
-(:func:`bench.membership.lira.lira_online`). It costs the worlds' training the attacker could
+(:func:`bench.attacks.membership.likelihood_ratio.lira_online`). It costs the worlds' training the attacker
+could
 reuse offline for every target; it is the stronger attack at low FPR in Carlini et al.
 """
 
@@ -19,11 +20,11 @@ from __future__ import annotations
 import torch
 
 from bench.attacks.base import ATTACKS
+from bench.attacks.membership.likelihood_ratio import VARIANCES, lira_offline, lira_online
 from bench.attacks.membership.reference_base import ReferenceAttack, ScoreInputs
-from bench.errors import require
-from bench.membership.lira import VARIANCES, lira_offline, lira_online
-from bench.membership.signals import signal
-from bench.registry_utils import require_choice
+from bench.attacks.membership.signals import signal
+from bench.core.errors import require
+from bench.core.params import require_choice
 
 
 @ATTACKS.register(

@@ -10,7 +10,7 @@ membership attacks).
 * ``"received"`` — D-PSGD: each neighbour's half-step update ``Θ_v^{t+1/2}`` the coalition
   receives in round ``t`` (§4.1.1);
 * ``"marginalized"`` — D-PSGD: the same update after functional marginalization (Eq. 6, or
-  Algorithm 2's normalization with ``include_self=False``; :mod:`bench.membership.marginalization`),
+  Algorithm 2's normalization with ``include_self=False``; :mod:`bench.threats.active.marginalization`),
   which needs the coalition's own update of the round, recovered from its next state.
 
 Rounds: a list of round indices and/or ``"last"`` — the last round the run actually ran,
@@ -26,11 +26,11 @@ from __future__ import annotations
 import torch
 
 from bench.attacks.base import AttackError, Requirement
-from bench.attacks.gradients import first_payloads
-from bench.errors import require
-from bench.membership.marginalization import marginalize
+from bench.attacks.observe.gradients import first_payloads
+from bench.core.errors import require
 from bench.simulation.messages import SERVER
 from bench.threats import View
+from bench.threats.active.marginalization import marginalize
 
 SOURCES = ("global_model", "local_model", "received", "marginalized")
 #: the ``rounds`` value that attacks the last round the run ran

@@ -1,17 +1,17 @@
 """The shared part of the reference-model membership attacks (``membership_lira``,
 ``membership_rmia``): the observed target models, the attacker's population data and the
-reference worlds trained on it (:mod:`bench.membership.reference`).
+reference worlds trained on it (:mod:`bench.attacks.membership.reference_worlds`).
 
 What the attacker is given, besides its View: the candidate pool's inputs and labels (not who
 owns them), its population data — the training split's samples that no node holds
-(:func:`bench.membership.pool.population`) — and the task's public training recipe (its
+(:func:`bench.attacks.membership.pool.population`) — and the task's public training recipe (its
 simulation config **without the seed**, which would reveal the partition) with the nodes'
 local-set sizes. It never sees membership labels.
 
 The reference attacks of one threat share their worlds: the harness gives them one seed for the
 worlds and the number of population samples none of them trains on (RMIA's comparison set), so
 LiRA's and RMIA's offline worlds are one set, trained once
-(:func:`~bench.membership.reference.kept_worlds`; the defense oracle keeps them alike for the
+(:func:`~bench.attacks.membership.reference_worlds.kept_worlds`; the defense oracle keeps them alike for the
 generic variants).
 """
 
@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from bench.attacks.base import Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.gradients import architecture, flat_model
 from bench.attacks.membership.observed import check_rounds, requirement, resolve_rounds, stacked_targets
-from bench.errors import require
-from bench.membership.reference import (
+from bench.attacks.membership.reference_worlds import (
     SOURCES,
     TRAINING_HOOKS,
     ReferenceModels,
     ReferenceWorldError,
     kept_worlds,
 )
-from bench.registry_utils import require_choice
+from bench.attacks.observe.gradients import architecture, flat_model
+from bench.core.errors import require
+from bench.core.params import require_choice
 from bench.simulation.config import SimulationConfig
 from bench.simulation.flat import FlatModel
 from bench.threats import KnowledgeError, View
@@ -115,7 +115,7 @@ class ReferenceAttack(Attack):
         """The generic variant trains its reference worlds under the defense's training hooks,
         in the defense oracle's process (its signals calibrated to the defended distribution);
         none when the defense overrides no training hook
-        (:data:`~bench.membership.reference.TRAINING_HOOKS`)."""
+        (:data:`~bench.attacks.membership.reference_worlds.TRAINING_HOOKS`)."""
         return bool(hooks & TRAINING_HOOKS)
 
     def run(  # type: ignore[override]

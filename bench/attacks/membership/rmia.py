@@ -4,10 +4,10 @@ as stacked nodes of the engine.
 ``Score(x) = Pr_z[ (p_θ(x)/Pr(x)) / (p_θ(z)/Pr(z)) > γ ]`` over population samples ``z`` that no
 reference world trained on (``z_samples`` of the population, held out), with ``p_θ`` the
 target's probability of the true label and ``Pr(·)`` the offline marginal
-``½(1 + a)·mean_ref p + ½(1 − a)`` (:mod:`bench.membership.rmia`). ``a`` is chosen as
+``½(1 + a)·mean_ref p + ½(1 − a)`` (:mod:`bench.attacks.membership.pairwise_likelihood`). ``a`` is chosen as
 ml_privacy_meter does, without the target: one reference model plays the target and the others
 attack it on the population samples the worlds drew, whose membership the attacker knows
-(:func:`bench.membership.rmia.tune_offline_a`); or fixed by the parameter ``a``.
+(:func:`bench.attacks.membership.pairwise_likelihood.tune_offline_a`); or fixed by the parameter ``a``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 
 from bench.attacks.base import ATTACKS
+from bench.attacks.membership.pairwise_likelihood import rmia_scores, tune_offline_a
 from bench.attacks.membership.reference_base import ReferenceAttack, ScoreInputs
-from bench.errors import require
-from bench.membership.rmia import rmia_scores, tune_offline_a
-from bench.membership.signals import signal
+from bench.attacks.membership.signals import signal
+from bench.core.errors import require
 
 
 @ATTACKS.register(

@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 import torch
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
-from bench.attacks.gradients import flat_model
 from bench.attacks.membership.decoded import (
     DECODED,
     build_decoder,
@@ -34,10 +33,11 @@ from bench.attacks.membership.observed import (
     resolve_rounds,
     stacked_targets,
 )
-from bench.errors import require
-from bench.membership.signals import SIGNALS, membership_score
-from bench.membership.thresholds import calibrated_threshold
-from bench.registry_utils import require_choice
+from bench.attacks.membership.signals import SIGNALS, membership_score
+from bench.attacks.membership.threshold_choice import calibrated_threshold
+from bench.attacks.observe.gradients import flat_model
+from bench.core.errors import require
+from bench.core.params import require_choice
 from bench.simulation.flat import FlatModel
 from bench.threats import View
 
@@ -60,7 +60,7 @@ class MembershipThreshold(Attack):
         ``"decoded_local_model"`` (FedAvg, ``server`` or ``eavesdropper``: the target of round
         ``t`` is each client's local optimum decoded from its pairs of rounds ``≤ t``).
     signal:
-        A registered signal of :data:`bench.membership.signals.SIGNALS` (``"mentr"``: Pasquini
+        A registered signal of :data:`bench.attacks.membership.signals.SIGNALS` (``"mentr"``: Pasquini
         et al.; ``"loss"``: Yeom et al.).
     include_self:
         Marginalization: Eq. 6 (``True``) or Algorithm 2's normalization (``False``).

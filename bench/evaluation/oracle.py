@@ -1,0 +1,416 @@
+"""The defense oracle: a defense's send-side transform ``D``, queried by attacks, run elsewhere.
+
+A generic defense-aware attack (label ``<attack>+oracle``, :mod:`bench.evaluation.adaptive`) puts
+the defense's own send pipeline into its matching objective: it matches ``D(∇_θ L(x̂))`` to the
+observed gradient, where ``D`` is what node ``v``'s hooks make of per-sample gradients before an
+observer reads them (:meth:`bench.protocols.Protocol.observed_gradient`: ``per_sample_gradients``
+or the mean, ``local_gradients``, the protocol's own step, ``local_update``, ``outgoing``) —
+or, on a protocol whose uploads are local models (FedAvg), what they make of a local update
+``Δ`` (:meth:`~bench.protocols.Protocol.observed_update`; ``G`` then holds one row per
+problem). Defense code never runs in the attack process: this module runs in a sandboxed *oracle
+process* of the defense plugin (:mod:`bench.evaluation.sandbox`), and the attack process asks the
+parent, which relays (:func:`bench.evaluation.queries.query`). Queries and replies are plain data
+(:mod:`bench.core.wire`).
+
+What the oracle answers, for attacker-chosen per-sample gradients ``G [K, B, P]`` at parameters
+``θ [K, P]`` of victims ``v_k`` in rounds ``t_k``:
+
+* ``evaluate`` (one query per evaluation of the attack's objective): the distance
+  ``F_k = dist(D(G_k), g_k)`` to the observed ``g_k`` (the attack's own L2 or cosine) and its
+  gradient ``∂F_k/∂G_k``. ``D`` runs with fresh randomness, never the run's: the defense is
+  built anew and bound with the run's public facts and a seed of its own (:func:`oracle_seed`).
+  Where ``D`` is random (two instances with different seeds disagree on a probe input), ``D(G)``
+  is the mean over :data:`EOT_DRAWS` instances with their own seeds — Expectation over
+  Transformation (Athalye, Carlini & Wagner, ICML 2018, §4.2). Each query starts from the
+  instances as bound (a deep copy), so the draws are fixed across the attack's iterations (a
+  deterministic objective for L-BFGS) and a stateful defense does not accumulate the attacker's
+  queries. The gradient is ``J_D(G)ᵀ u`` for ``u = ∂F/∂D``, by autograd through the defense's
+  hooks; where it vanishes for a problem or does not exist (a rounding, a ``detach``), the
+  undefended pipeline's (the mean over the batch) stands in: Backward Pass Differentiable
+  Approximation with the identity (BPDA, Athalye et al. 2018, §4.1; the straight-through
+  estimator).
+
+The K problems of a round go through the hooks in one stacked call per draw, a victim's several
+problems (restarts × label hypotheses) as rows of their own with the same node in
+:class:`~bench.defense.hooks.RoundContext` ``nodes``: the send-side hooks are row-local (the
+audit checks it), so a row's output depends on its input and its node's state only. The
+parameters ``θ`` and targets ``g`` of an attack's problems do not change over its iterations:
+they are sent once per *problem set* (a token of the client's choosing, :data:`PROBLEM_SETS` kept)
+and each later query carries the per-sample gradients only. What the oracle cannot know: the
+state a stateful defense (error feedback, momentum) had reached in the real run — it answers for
+the defense as bound, before any round.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import uuid
+from collections import OrderedDict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.func import grad, vmap
+
+from bench.attacks.inversion.matching import gradient_distance
+from bench.attacks.membership.reference_worlds import ReferenceWorldError, kept_worlds
+from bench.attacks.oracle import UNKNOWN_PROBLEMS
+from bench.core.wire import unblob
+from bench.data.stacked import derive_seed
+from bench.defense.hooks import DefenseHooks, RoundContext
+from bench.defense.plugin import build_defense
+from bench.evaluation import isolation, sandbox
+from bench.protocols import Protocol
+from bench.simulation.config import SimulationConfig
+from bench.simulation.engine import Simulation
+from bench.simulation.lightning import quiet_lightning
+from bench.simulation.objective import LOSSES
+from bench.spec.schema import TaskSpec
+
+#: draws of a random defense averaged per answer (EOT). Two: the mean of M draws of additive
+#: noise of scale σ leaves σ/√M of it in the objective (σ√(1 + 1/M) between the matched and the
+#: observed message), so M = 2 is within 10 % of M = 4 at half the cost per query
+EOT_DRAWS = 2
+
+#: problem sets (``θ``, ``g`` of one attack's problems) an oracle keeps; the least recently used goes first
+PROBLEM_SETS = 16
+
+#: the oracle of the job being attacked (an oracle process serves one job: :class:`OracleRelay`)
+_ORACLE: list[DefenseOracle] = []
+
+
+class OracleError(RuntimeError):
+    """A query the defense's pipeline cannot answer (the attack variant fails with it)."""
+
+
+def setup(request: dict[str, Any]) -> dict[str, Any]:
+    """Child side, once per oracle process: build the job's oracle from ``task`` (JSON),
+    ``defense`` (``name``, ``params``, ``source`` blob, ``root``) and ``seed`` (the oracle's own,
+    :func:`oracle_seed`), in the sandbox; returns what it entered (``sandbox``)."""
+    quiet_lightning()
+    d = request["defense"]
+    sandboxed = sandbox.enter("oracle", readable=[d["root"]]) if isolation.IN_CHILD else "in-process"
+    task = TaskSpec.model_validate_json(request["task"])
+    root, source = Path(d["root"]), unblob(d["source"])
+    cfg = task.simulation.model_copy(update={"seed": int(request["seed"])})
+    _ORACLE[:] = [DefenseOracle(lambda: build_defense(d["name"], d["params"], root, source), cfg)]
+    # what setup built lives as long as the process: out of the collections that follow each
+    # answer (:mod:`bench.evaluation.isolation`), which then walk only that query's garbage
+    gc.collect()
+    gc.freeze()
+    return {"sandbox": sandboxed}
+
+
+def answer(query: dict[str, Any]) -> dict[str, Any]:
+    """Child side: answer one query of an attack — ``{"op": "info", "receiver"}``,
+    ``{"op": "evaluate", "grads", "theta", "target", "objective", "nodes", "rounds",
+    "receiver", "problems"}`` (:meth:`DefenseOracle.evaluate`; ``theta`` and ``target`` may be
+    left out for a ``problems`` token sent with them before) or ``{"op": "reference_worlds", …}``
+    (:meth:`DefenseOracle.reference_worlds`)."""
+    if not _ORACLE:
+        raise OracleError("the oracle was asked before it was set up")
+    return _ORACLE[0].handle(query)
+
+
+def oracle_seed(seed: int) -> int:
+    """The oracle's seed for a job of seed ``seed``: a stream of its own, so every draw the
+    defense makes in the oracle differs from the run's (``derive_seed(run.seed, "defense:…")``)
+    while a job's results stay reproducible."""
+    return derive_seed(int(seed), "defense-oracle")
+
+
+class OracleRelay:
+    """Parent side: answers an attack process's queries (:func:`bench.evaluation.queries.query`)
+    by passing their bytes to a defense oracle process of the job and its answer's bytes back
+    (the parent decodes neither: both ends read plain data only). The process is started and set
+    up (:func:`setup`) on the first query and ended with :meth:`close`."""
+
+    def __init__(self, setup: dict[str, Any], threads: int = 1) -> None:
+        self.setup, self.threads = setup, threads
+        self.worker: isolation.Worker | None = None
+        self.queries = 0
+        self.sandbox = "none"
+
+    def __call__(self, data: bytes) -> bytes:
+        if self.worker is None:
+            worker = isolation.Worker(self.threads)
+            try:
+                ready = worker.request(setup, self.setup, "defense oracle")
+                self.sandbox = str(ready.get("sandbox", "none")) if isinstance(ready, dict) else "none"
+            except BaseException:
+                worker.close()
+                raise
+            self.worker = worker
+        self.queries += 1
+        try:
+            return self.worker.request_raw(answer, data, "defense oracle")
+        except isolation.ChildFailed:
+            self.close()  # a new process (set up again) answers the next query
+            raise
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+class DefenseOracle:
+    """``D`` of one job: the protocol of ``config`` and instances of the defense bound with
+    fresh seeds (``config.seed`` is the oracle's own, not the run's)."""
+
+    def __init__(self, make: Any, config: Any) -> None:
+        first = make()
+        self.sim = Simulation(config, hooks=first, init_state=False)
+        self.protocol: Protocol = self.sim.protocol
+        self._make, self._info = make, self.sim.run_info()
+        self.instances: list[DefenseHooks] = [first]
+        self.random: bool | None = None
+        self.problem_sets: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        #: names this oracle's defended worlds among those its process keeps (:meth:`reference_worlds`)
+        self.token = uuid.uuid4().hex
+
+    def _instance(self, m: int) -> DefenseHooks:
+        while len(self.instances) <= m:
+            d = self._make()
+            d.bind(replace(self._info, seed=derive_seed(self._info.seed, f"oracle:{len(self.instances)}")))
+            self.instances.append(d)
+        return self.instances[m]
+
+    def handle(self, q: dict[str, Any]) -> dict[str, Any]:
+        op = q.get("op")
+        if op == "info":
+            return self.info(int(q["receiver"]))
+        if op == "evaluate":
+            where = q["nodes"], q["rounds"], int(q["receiver"])
+            theta, target = self.problem_set(q)
+            values, grads = self.evaluate(q["grads"], theta, target, str(q["objective"]), *where)
+            return {"values": values, "grads": grads}
+        if op == "evaluate_inputs":
+            where = q["nodes"], q["rounds"], int(q["receiver"])
+            theta, target = self.problem_set(q)
+            values, grads = self.evaluate_inputs(
+                q["x"], q["y"], str(q["loss"]), theta, target, str(q["objective"]), *where
+            )
+            return {"values": values, "grads": grads}
+        if op == "reference_worlds":
+            return {"worlds": self.reference_worlds(q)}
+        raise OracleError(f"unknown oracle query {op!r}")
+
+    def problem_set(self, q: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(θ, g)`` of an evaluate query: sent with it (and kept under its ``problems`` token,
+        if any) or kept from an earlier query of the same token."""
+        token = q.get("problems")
+        if "theta" in q:
+            pair = q["theta"], q["target"]
+            if token is not None:
+                self.problem_sets[str(token)] = pair
+                while len(self.problem_sets) > PROBLEM_SETS:
+                    self.problem_sets.popitem(last=False)
+            return pair
+        if token is None or str(token) not in self.problem_sets:
+            raise OracleError(f"{UNKNOWN_PROBLEMS}: {token!r}")
+        self.problem_sets.move_to_end(str(token))
+        return self.problem_sets[str(token)]
+
+    def reference_worlds(self, q: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
+        """Reference worlds trained under a fresh instance of the defense (bound inside by the
+        worlds' own run, whose seed is the attack's): :func:`reference_worlds_at` with the
+        query's arguments, as ``str(round) -> {"theta", "world", "trained_on"}``. The same
+        arguments are trained once (:func:`~bench.attacks.membership.reference_worlds.kept_worlds`; an oracle
+        process serves one job, so its one defense needs no key): the threat's reference attacks
+        ask for one set of worlds."""
+        cfg = SimulationConfig.model_validate_json(q["cfg"])
+        mixing = q.get("mixing")
+        try:
+            refs = kept_worlds(
+                cfg, q["x"], q["y"], int(q["n_classes"]), [int(c) for c in q["counts"]], int(q["worlds"]),
+                [int(t) for t in q["rounds"]], str(q["source"]), int(q["seed"]),
+                mixing=None if mixing is None else mixing.double().numpy(),
+                online_candidates=int(q.get("online_candidates", 0)), hooks=self._make(), owner=self.token,
+            )  # fmt: skip
+        except ReferenceWorldError as exc:
+            raise OracleError(str(exc)) from None
+        return {
+            str(t): {"theta": m.theta, "world": m.world, "trained_on": m.trained_on} for t, m in refs.items()
+        }
+
+    def info(self, receiver: int) -> dict[str, Any]:
+        """Whether ``D`` reads per-sample gradients and whether it is random (two instances with
+        different seeds disagree on a probe input), and the draws each answer averages."""
+        if self.random is None:
+            gen = torch.Generator().manual_seed(0)
+            run = self._info
+            b = 2 if self.protocol.has_observed_gradient() else 1  # an update query: one per problem
+            g = torch.randn(1, b, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
+            theta = torch.randn(1, run.n_params, generator=gen, dtype=torch.float64).to(run.dtype)
+            sender = 1 if receiver == 0 else 0  # a node other than the receiver
+            ctx = RoundContext(0, 0, torch.tensor([sender]))
+            outs = [self._call(m, theta, g, ctx, receiver).detach() for m in (0, 1)]
+            self.random = not torch.equal(outs[0], outs[1])
+        return {
+            "per_sample": bool(self.sim.hooks.per_sample),
+            "random": self.random,
+            "draws": self.draws,
+        }
+
+    @property
+    def draws(self) -> int:
+        return EOT_DRAWS if self.random else 1
+
+    def _pipeline(
+        self, hooks: DefenseHooks, theta: torch.Tensor, grads: torch.Tensor, ctx: RoundContext, receiver: int
+    ) -> torch.Tensor:
+        """``D`` of the protocol: :meth:`~bench.protocols.Protocol.observed_gradient` of
+        per-sample gradients ``[K, B, P]``, or, where a protocol's uploads are local models,
+        :meth:`~bench.protocols.Protocol.observed_update` of local updates ``[K, 1, P]``."""
+        if self.protocol.has_observed_gradient():
+            return self.protocol.observed_gradient(hooks, theta, grads, ctx, receiver)
+        if grads.shape[1] != 1:
+            raise OracleError(f"an update query holds one update per problem, not {grads.shape[1]}")
+        return self.protocol.observed_update(hooks, theta, grads[:, 0], ctx, receiver)
+
+    def _call(
+        self, m: int, theta: torch.Tensor, grads: torch.Tensor, ctx: RoundContext, receiver: int
+    ) -> torch.Tensor:
+        instance = self._instance(m)
+        try:
+            out = self._pipeline(_as_bound(instance), theta, grads, ctx, receiver)
+        except RuntimeError as exc:
+            if isinstance(exc, NotImplementedError) or not torch.is_grad_enabled():
+                raise
+            # an operation autograd cannot record (an ``out=`` argument, an in-place write to a
+            # leaf): the forward without a graph, and BPDA for the backward (:func:`_pullback`)
+            with torch.no_grad():
+                out = self._pipeline(_as_bound(instance), theta, grads, ctx, receiver)
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            raise OracleError("the defense's messages are not real vectors (ring elements or other data)")
+        if out.shape != (grads.shape[0], grads.shape[-1]):
+            raise OracleError(f"the defense's pipeline returned shape {tuple(out.shape)}")
+        return out
+
+    def evaluate(
+        self,
+        grads: torch.Tensor,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        objective: str,
+        nodes: torch.Tensor,
+        rounds: torch.Tensor,
+        receiver: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``F_k = dist(D(G_k), g_k)`` ``[K]`` (``D`` averaged over the draws of a random
+        defense) and ``∂F_k/∂G_k`` ``[K, B, P]``: the cotangent ``u = ∂F/∂D`` pulled back through
+        the defense's hooks by autograd, or through the batch mean where that vanishes for a
+        problem or does not exist (BPDA). One hook call per round and draw holds every problem
+        of that round, a node's several problems (restarts, label hypotheses) as rows of their
+        own: the send-side hooks are row-local (:mod:`bench.simulation.row_locality`)."""
+        if self.random is None:
+            self.info(receiver)
+        run = self._info
+        grads, theta, target = grads.to(run.dtype), theta.to(run.dtype), target.to(run.dtype)
+        nodes, rounds = nodes.long(), rounds.long()
+        values = torch.zeros(grads.shape[0], dtype=run.dtype)
+        out = torch.zeros_like(grads)
+        for idx in round_groups(rounds):
+            ctx = RoundContext(int(rounds[idx][0]), 0, nodes[idx])
+            gs = [grads[idx].detach().requires_grad_(True) for _ in range(self.draws)]
+            with torch.enable_grad():
+                ys = [self._call(m, theta[idx], g, ctx, receiver) for m, g in enumerate(gs)]
+            mean = torch.stack([y.detach() for y in ys]).mean(0).requires_grad_(True)
+            with torch.enable_grad():
+                dist = gradient_distance(mean, target[idx], objective)
+                (u,) = torch.autograd.grad(dist.sum(), mean)
+            values[idx] = dist.detach()
+            out[idx] = sum(_pullback(gs, ys, u / len(ys)))
+        return values, out
+
+    def evaluate_inputs(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss: str,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        objective: str,
+        nodes: torch.Tensor,
+        rounds: torch.Tensor,
+        receiver: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """An input query: ``F_k = dist(D(G_k), g_k)`` ``[K]`` and ``∂F_k/∂x̂_k`` for dummy data
+        ``x [K, B, …]`` with labels ``y [K, B, …]``, where ``G_k`` is formed here with the task's
+        model and the loss ``loss`` (a registered name): the per-sample gradients
+        ``(∇_θ ℓ(θ_k; x̂_kb, y_kb))_b`` ``[K, B, P]`` where ``D`` reads them (and ``B > 1``),
+        else the gradient of the batch's mean loss ``[K, 1, P]`` — what the attack side forms
+        for a gradient query (:class:`~bench.attacks.inversion.autograd_matching.AutogradMatching`).
+        ``∂F/∂G`` is :meth:`evaluate`'s (BPDA where ``D`` has no useful derivative), pulled back
+        to ``x̂`` through ``G`` by autograd."""
+        run = self._info
+        dtype = run.dtype
+        y = y.to(dtype) if y.is_floating_point() else y.long()
+        loss_fn = LOSSES.get(loss, field="loss")
+        per_sample = bool(self.sim.hooks.per_sample) and x.shape[1] > 1
+        with torch.enable_grad():
+            xl = x.to(dtype).detach().requires_grad_(True)
+            g = input_gradients(self.sim.flat, loss_fn, xl, y, theta.to(dtype), per_sample)
+        values, dg = self.evaluate(g.detach(), theta, target, objective, nodes, rounds, receiver)
+        (dx,) = torch.autograd.grad(g, xl, dg.to(g))
+        return values, dx
+
+
+def input_gradients(
+    model: Any, loss_fn: Any, x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, per_sample: bool
+) -> torch.Tensor:
+    """``G`` of an input query, differentiable wrt ``x``: per-sample gradients ``[K, B, P]``
+    (``torch.func.grad`` vmapped over problems and samples) or, without ``per_sample``, the
+    gradient of each problem's mean loss ``[K, 1, P]`` (the forward vmapped over problems, one
+    ``autograd.grad`` with ``create_graph``; row ``k`` depends on ``θ_k`` alone)."""
+    if per_sample:
+
+        def sample_loss(th: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            return loss_fn(model.forward(th, xb.unsqueeze(0)), yb.unsqueeze(0)).sum()
+
+        return vmap(vmap(grad(sample_loss), in_dims=(None, 0, 0)))(theta.detach(), x, y)
+    th = theta.detach().clone().requires_grad_(True)
+    out = vmap(model.forward)(th, x)
+    losses = loss_fn(out.flatten(0, 1), y.flatten(0, 1)).reshape(x.shape[0], -1)
+    (g,) = torch.autograd.grad(losses.mean(1).sum(), th, create_graph=True)
+    return g.unsqueeze(1)
+
+
+def _as_bound(instance: DefenseHooks) -> DefenseHooks:
+    """A deep copy of the instance as bound (no query leaves state in it); the frozen run facts
+    it was bound with are shared, not copied."""
+    run = getattr(instance, "run", None)
+    return copy.deepcopy(instance, {} if run is None else {id(run): run})
+
+
+def _pullback(gs: list[torch.Tensor], ys: list[torch.Tensor], u: torch.Tensor) -> list[torch.Tensor]:
+    """``J_D(g_m)ᵀ u`` for each draw ``m`` by autograd (one backward pass for all draws), with
+    the batch mean's ``u / B`` (BPDA) for rows where it is zero while ``u`` is not, or
+    everywhere when ``D`` left the graph."""
+    surrogate = u.unsqueeze(1).expand_as(gs[0]) / gs[0].shape[1]
+    live = [m for m, y in enumerate(ys) if y.requires_grad]
+    found: dict[int, torch.Tensor | None] = {}
+    if live:
+        grads = torch.autograd.grad(
+            [ys[m] for m in live], [gs[m] for m in live], [u] * len(live), allow_unused=True
+        )
+        found = dict(zip(live, grads, strict=True))
+    out = []
+    for m in range(len(gs)):
+        vj = found.get(m)
+        if vj is None:
+            out.append(surrogate)
+            continue
+        dead = (vj.flatten(1).abs().sum(1) == 0) & (u.abs().sum(1) > 0)
+        out.append(torch.where(dead.view(-1, *([1] * (vj.dim() - 1))), surrogate, vj).detach())
+    return out
+
+
+def round_groups(rounds: torch.Tensor) -> list[Any]:
+    """The problems of each round (one hook call each): ``slice(None)`` when all share one."""
+    if len(rounds) == 0 or bool((rounds == rounds[0]).all()):
+        return [slice(None)]
+    return [torch.nonzero(rounds == t).flatten() for t in torch.unique(rounds).tolist()]
