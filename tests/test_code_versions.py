@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from bench.leaderboard.ranking import entry_table, superseded_versions
 from bench.results.code_digest import attack_modules, engine_digest
 from bench.results.store import ResultStore
-from bench.leaderboard.ranking import entry_table, superseded_versions
 from tests.support.bench_root import make_root, run_evaluate, tiny_task
 
 TASK = tiny_task(nodes=6)
@@ -79,7 +79,11 @@ def test_editing_a_task_reruns_it_without_mixing_results(tmp_path, capsys):
 
 def test_attack_code_closure_and_engine_digest():
     mods = attack_modules("bench.attacks.inversion.dlg")
-    assert "bench.attacks.inversion.dlg" in mods and "bench.attacks.observe.gradients" in mods and "bench.attacks.base" in mods
+    assert (
+        "bench.attacks.inversion.dlg" in mods
+        and "bench.attacks.observe.gradients" in mods
+        and "bench.attacks.base" in mods
+    )
     assert all(name.startswith("bench.attacks") for name in mods)
     assert len(engine_digest()) == 16
 
@@ -87,8 +91,8 @@ def test_attack_code_closure_and_engine_digest():
 def test_a_jobs_key_covers_the_attacks_of_its_model_family():
     """A family attack (not listed by the task: :mod:`bench.attacks.applicability`) is run by the
     job, so its code is part of the job's key: editing it re-runs exactly the jobs that run it."""
-    from bench.spec.catalog import Catalog
     from bench.evaluation.grid import expand_grid, plan_jobs
+    from bench.spec.catalog import Catalog
     from bench.spec.schema import DefenseSpec
 
     root = Path(__file__).resolve().parents[1]

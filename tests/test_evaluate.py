@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 import tests.support.bench_root as support
-from bench.spec.catalog import Catalog, bench_root
 from bench.cli import main
 from bench.core.errors import BenchInputError
-from bench.results.store import ResultStore
 from bench.evaluation.planning import build_attacks
+from bench.results.store import ResultStore
+from bench.spec.catalog import Catalog, bench_root
 from tests.support.bench_root import REPO, TINY_LOGREG, diverging_task, run_evaluate
 
 LOGREG_TASK = TINY_LOGREG

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from bench.attacks.base import Reconstruction
+from bench.attacks.membership.metrics import ROC_FPRS
 from bench.leaderboard.convert import restore, summarize
 from bench.leaderboard.entry import JobSummary
+from bench.leaderboard.site.mia_figure import membership_figures
 from bench.leaderboard.verify import compare_jobs
-from bench.attacks.membership.metrics import ROC_FPRS
 from bench.metrics.base import DataInfo, Truth
 from bench.metrics.membership import MembershipAUC
 from bench.results.record import AttackOutcome, JobResult
-from bench.leaderboard.site.mia_figure import membership_figures
 from tests.support.result_samples import job
 
 ROUNDS = (10, 50)

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 import bench.simulation.reference as reference_mod
-from bench.spec.catalog import Catalog, bench_root
+from bench.evaluation.truth import RunDataCache, Scorer
+from bench.leaderboard.ranking import entry_table
 from bench.protocols import BatchPlan
 from bench.results.reference import (
     ATTACK_ONLY,
@@ -26,9 +27,8 @@ from bench.results.reference import (
     task_references,
     track_gate,
 )
-from bench.evaluation.truth import RunDataCache, Scorer
-from bench.leaderboard.ranking import entry_table
 from bench.simulation.reference import step_budget
+from bench.spec.catalog import Catalog, bench_root
 from tests.support.result_samples import job
 
 ROOT = bench_root(None)

@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from bench.results.record import AttackOutcome
 from bench.leaderboard.ranking import entry_table, pareto_front, privacy_score, tables_by_track
 from bench.leaderboard.site.text import format_epsilon, format_table
+from bench.results.record import AttackOutcome
 from tests.support.result_samples import job, sample_results
 
 APPROX = {"abs": 1e-12}

@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.results.record import JobResult
 from bench.leaderboard.ranking import entry_table, tables_by_track
 from bench.leaderboard.site import render_index, write_site
+from bench.results.record import JobResult
 from tests.support.result_samples import job, sample_results
 
 EVIL = "<script>alert(1)</script>"

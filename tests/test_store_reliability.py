@@ -16,6 +16,7 @@ from test_store import make_result
 import bench.results.spool as spool_module
 import bench.results.store as store_module
 from bench.core.errors import BenchInputError
+from bench.evaluation import isolation, sandbox
 from bench.results.record import AttackOutcome, JobResult
 from bench.results.schema import SCHEMA_VERSION, AttackRow, JobRow
 from bench.results.spool import (
@@ -28,7 +29,6 @@ from bench.results.spool import (
 )
 from bench.results.store import ResultStore, RetryPolicy, StoreWriteError
 from bench.results.store_url import MASK, redact
-from bench.evaluation import isolation, sandbox
 from tests.support import isolation_targets as targets
 
 SECRET = "secret"

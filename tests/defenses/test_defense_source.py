@@ -14,6 +14,8 @@ import pytest
 from pydantic import ValidationError
 
 from bench import cli
+from bench.core.errors import BenchInputError
+from bench.defense.plugin import DEFENSES, discover_defenses, load_all_defenses
 from bench.defense.sources import (
     ORIGINAL,
     PAPERS,
@@ -23,15 +25,13 @@ from bench.defense.sources import (
     source_record,
     summary_problem,
 )
-from bench.defense.plugin import DEFENSES, discover_defenses, load_all_defenses
-from bench.core.errors import BenchInputError
 from bench.leaderboard import files
 from bench.leaderboard.declared import checked_declarations
 from bench.leaderboard.entry import DefenseInfo, Entry, Verification
+from bench.leaderboard.site.entry_page import source_line, verification_line
 from bench.leaderboard.verify import VerifyReport
 from bench.results import provenance
 from bench.results.store import ResultStore
-from bench.leaderboard.site.entry_page import source_line, verification_line
 from tests.support.result_samples import sample_results
 
 REPO = Path(__file__).resolve().parents[2]
