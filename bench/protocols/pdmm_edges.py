@@ -18,7 +18,7 @@ and when the receivers integrate what is *delivered* (``δ_f`` along ``i → j``
 (``z_{j|i} += δ_f`` enters ``a_j`` with ``B_{j|i} = −1``, ``z_{i|j} += δ_b`` enters ``a_i`` with
 ``+1``). So the protocol needs ``D`` (one row per *pair*, ``|E| × P``) and ``a`` (``N × P``)
 instead of ``z`` (``2|E| × P``), and a round touches each of them a constant number of times.
-The iterates are those of the full form in exact arithmetic (``tests/protocols/test_pdmm_lean.py`` checks
+The iterates are those of the full form in exact arithmetic (``tests/test_pdmm_lean.py`` checks
 the two agree to 1e-10 in float64); ``a`` is accumulated rather than recomputed from ``z``, so in
 float32 the two forms differ by the rounding of that accumulation (one rounding per round and
 edge; how it grows with ``t`` is not measured here).

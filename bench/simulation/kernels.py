@@ -15,7 +15,7 @@ fuses each into one loop over the data (one read of every input, one write of th
 Each kernel is a plain function (the eager path: written with as few passes and temporaries as
 ATen allows) and :func:`kernel` returns it or its compiled twin, compiled once per process and
 shape (``dynamic=False``: a simulation's shapes are fixed; a new shape recompiles). Compiled ≡
-eager to float tolerance (``tests/simulation/test_kernels.py``, float64). The first call of each compiled
+eager to float tolerance (``tests/test_kernels.py``, float64). The first call of each compiled
 kernel costs 5–20 s of compilation on this project's 2-core CPU, which pays for itself only on long
 runs: compilation is off unless the run config says ``compile: true``.
 

@@ -12,7 +12,7 @@ of all nodes are evaluated with ``vmap`` over ``functional_call`` and one revers
 the sum with respect to row ``v`` is ``∇L_v(θ_v)``). Differentiating with respect to named
 leaves, not the flat vector, avoids one zero-filled ``[N, P]`` buffer per parameter tensor in
 the backward pass of the slicing; it is the same arithmetic as ``vmap(grad(L))`` with less
-transform overhead (``tests/simulation/test_equivalences.py`` checks it against per-node modules).
+transform overhead (``tests/test_equivalences.py`` checks it against per-node modules).
 
 Two interchangeable forward paths evaluate all nodes' losses:
 

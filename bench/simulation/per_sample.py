@@ -21,7 +21,7 @@ pre-activations (sample ``j`` of node ``v`` influences only its own row). Then
 These are the formulas Opacus's ``GradSampleModule`` applies to ``nn.Linear``, batched over
 nodes; they are written here because Opacus wraps one module, not the per-node parameters of
 the stacked engine (``performance/dp.py`` times both). Tested equal to the ``vmap`` path in
-float64 (``tests/simulation/test_per_sample.py``).
+float64 (``tests/test_per_sample.py``).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _errors(
     :data:`ACTIVATION_GRADIENTS`, the errors are backpropagated by hand: ``δ_L = m ⊙ ℓ'(out)``,
     ``δ ← δ ⊙ σ'(z)`` through an activation, ``δ ← δ W`` through a Linear layer (batched over
     nodes). Otherwise one autograd pass of ``Σ m ℓ`` with respect to the pre-activations gives
-    them. Same numbers (``tests/simulation/test_per_sample.py``); the hand-written pass exists because
+    them. Same numbers (``tests/test_per_sample.py``); the hand-written pass exists because
     autograd's engine costs more than the arithmetic of small models (≈ 0.13 ms of a 0.5 ms
     FedSGD round of a 60-node logistic regression on one core)."""
     plan = _plan(model)
@@ -226,7 +226,7 @@ def stacked_node_grads(
     ``C ← α A B + β C``, α = −η) that reads ``θ``'s slot and writes the new one; each bias
     ``θ_b − η Σ_j δ_j / n_v``. Forming ``g`` and then ``θ − η g`` writes ``g`` (one ``[N, P]``
     pass) and reads it back with ``θ``. Same numbers up to the order of rounding
-    (``tests/simulation/test_per_sample.py``, float64); a node whose minibatch is fully masked has ``δ = 0``
+    (``tests/test_per_sample.py``, float64); a node whose minibatch is fully masked has ``δ = 0``
     and stays where it is.
 
     With ``in_place`` as well, the step overwrites ``θ`` (every read of ``θ``, the forward and

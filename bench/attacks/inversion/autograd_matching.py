@@ -17,13 +17,12 @@ operators, e.g. a grouped convolution, which record an ordinary graph), and then
     F_k = D(G_k, g_k) + λ_TV TV(x_k),    ∇_x Σ_k F_k = (∇_{x_k} F_k)_k
 
 by two calls of :func:`torch.autograd.grad` — the same objective and gradient as
-:func:`~bench.attacks.inversion.matching.problem_objective`
-(``tests/attacks/inversion/test_autograd_matching.py`` checks the two to 1e-10 in float64), 1.2–1.5×
-faster per call for up to 8 problems of the LeNet and slower for many (see
-:data:`~bench.attacks.inversion.matching.AUTOGRAD_MAX_PROBLEMS`, where ``matching_fn``'s ``auto``
-switches). On a CPU the problems are evaluated in chunks of
-:func:`~bench.attacks.inversion.chunking.problem_chunk` problems (a loop over chunks of problems,
-never over single problems), as the generic path.
+:func:`~bench.attacks.inversion.matching.problem_objective` (``tests/test_autograd_matching.py``
+checks the two to 1e-10 in float64), 1.2–1.5× faster per call for up to 8 problems of the LeNet
+and slower for many (see :data:`~bench.attacks.inversion.matching.AUTOGRAD_MAX_PROBLEMS`, where
+``matching_fn``'s ``auto`` switches). On a CPU the problems are evaluated in chunks of
+:func:`~bench.attacks.inversion.chunking.problem_chunk` problems (a loop over chunks of
+problems, never over single problems), as the generic path.
 """
 
 from __future__ import annotations

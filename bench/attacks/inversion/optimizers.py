@@ -9,7 +9,7 @@ optimizations at once:
 
 * **Adam / SGD** are elementwise (``m``, ``v``, bias corrections and the learning-rate schedule
   are per coordinate or global constants), so Adam on the stacked tensor *is* K Adam runs
-  (:func:`batched_adam`; ``tests/attacks/inversion/test_inversion.py`` checks it against K separate
+  (:func:`batched_adam`; ``tests/test_inversion.py`` checks it against K separate
   ``torch.optim.Adam`` runs to 1e-10 in float64).
 * **L-BFGS is not**: ``torch.optim.LBFGS`` on the stacked tensor would keep one history of
   curvature pairs ``(s, y)`` with inner products summed over all problems and one step size
