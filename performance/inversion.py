@@ -17,12 +17,13 @@ hypotheses × R restarts (R = 20 by default) = K problems.
 Both start every problem from the same ``x0``. The batched L-BFGS is a different algorithm
 from ``torch.optim.LBFGS`` (Armijo backtracking instead of strong Wolfe; per-problem state is
 what batching needs, see the module docs), so for L-BFGS the *distributions* of final losses
-are compared (quantiles, best per victim and its label). Batched Adam *is* K Adam runs: the
-final losses agree to float rounding (printed; float64 agreement is tested to 1e-10 in
-``tests/test_inversion.py`` and ``tests/test_gram_matching.py``). In float32 an occasional
-problem's Adam trajectory drifts apart (measured: one of 40 digits problems by 5e-4 relative,
-the rest by < 1e-5; the same run in float64 agrees to 1e-11) — the Gram path accumulates in
-float64, so its rounding differs from autograd's, and Adam's ``g/√v`` amplifies it.
+are compared (quantiles, best per victim and its label). Batched Adam *is* K Adam runs: the final
+losses agree to float rounding (printed; float64 agreement is tested to 1e-10 in
+``tests/attacks/inversion/test_inversion.py`` and
+``tests/attacks/inversion/test_gram_matching.py``). In float32 an occasional problem's Adam
+trajectory drifts apart (measured: one of 40 digits problems by 5e-4 relative, the rest by < 1e-5;
+the same run in float64 agrees to 1e-11) — the Gram path accumulates in float64, so its rounding
+differs from autograd's, and Adam's ``g/√v`` amplifies it.
 
 Scenarios: the digits MLP 64-100-10 and an MNIST-shaped MLP 784-100-10 on the synthetic
 ``teacher_images`` data of ``bench.data.synthetic``.

@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_attacks import DIGITS_FEDSGD, server_sim
-from test_readme_examples import _python_block
 
 import bench.attacks
 import bench.attacks.inversion
@@ -22,6 +20,8 @@ from bench.claims import CLAIMS, load
 from bench.core.registry import import_submodules
 from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
+from tests.support.readmes import python_block
+from tests.support.runs import DIGITS_FEDSGD, server_sim
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = "bench.attacks.inversion.idlg_labels"
@@ -77,7 +77,7 @@ def on_inversion_path(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def example_dropped_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The README's example saved as ``idlg_labels.py`` in a folder on the path of
     ``bench.attacks.inversion``; the registry, the package and ``sys.modules`` restored after."""
-    source = _python_block(REPO / "bench" / "attacks" / "README.md", "## Writing one")
+    source = python_block(REPO / "bench" / "attacks" / "README.md", "## Writing one")
     (tmp_path / "idlg_labels.py").write_text(source)
     on_inversion_path(tmp_path, monkeypatch)
     monkeypatch.setattr(ATTACKS, "_entries", dict(ATTACKS._entries))

@@ -4,27 +4,18 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from test_containment import ANALYTIC, evaluate, make_root, tiny_task
+from tests.support.one_task import ANALYTIC, evaluate, make_root, tiny_task
+from tests.support.readmes import python_block
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _python_block(readme: Path, heading: str) -> str:
-    """The first ```python block after ``heading`` in ``readme``."""
-    text = readme.read_text()
-    after = text[text.index(heading) :]
-    match = re.search(r"```python\n(.*?)```", after, re.S)
-    assert match, f"no python block after {heading!r} in {readme}"
-    return match.group(1)
 
 
 def test_the_defense_readmes_example_is_a_working_plugin(tmp_path):
     """Saved as ``defenses/top_k.py`` of a benchmark root, the example loads, runs under
     ``evaluate`` beside the baseline, and changes what the server observes (its attack's leakage)."""
-    source = _python_block(REPO / "defenses" / "README.md", "## Writing one")
+    source = python_block(REPO / "defenses" / "README.md", "## Writing one")
     root = make_root(tmp_path, tiny_task([ANALYTIC]), {"top_k": source})
     store = evaluate(root, tmp_path, "--defense", "none", "--defense", "top_k:k=1")
     results = {r.defense: r for r in store.results()}
@@ -40,7 +31,7 @@ def test_the_attack_readmes_testing_example_passes():
     called."""
     namespace: dict = {"__name__": "attacks_readme_example"}
     exec(
-        compile(_python_block(REPO / "bench" / "attacks" / "README.md", "## Testing one"), "README", "exec"),
+        compile(python_block(REPO / "bench" / "attacks" / "README.md", "## Testing one"), "README", "exec"),
         namespace,
     )
     tests = [f for name, f in namespace.items() if name.startswith("test_")]

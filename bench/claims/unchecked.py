@@ -21,14 +21,14 @@ unchecked(
     "Passive MIA on D-PSGD received updates beats FL at matched g_err.",
     GPU.format("torus-36/social-32 ResNet20 on CIFAR-10/100 over 16 runs")
     + "; a small-scale ordering is "
-    + TESTS_ONLY.format("tests/test_membership_harness.py"),
+    + TESTS_ONLY.format("tests/attacks/membership/test_membership_harness.py"),
 )
 unchecked(
     "pasquini2023:C11",
     "Marginalized MIA beats raw MIA only at low but nonzero consensus distance.",
     GPU.format("CIFAR ResNet20 runs binned by C(t)")
     + "; the marginalization formulas are "
-    + TESTS_ONLY.format("tests/test_membership_marginalization.py"),
+    + TESTS_ONLY.format("tests/threats/active/test_membership_marginalization.py"),
 )
 unchecked(
     "pasquini2023:C13",
@@ -95,7 +95,7 @@ unchecked(
 unchecked(
     "yu2023:C2",
     "With exact local solves, the gradient-difference identity over two rounds (Eq. 4.3, 4.22).",
-    TESTS_ONLY.format("tests/test_pdmm.py::test_observables_equal_ground_truth"),
+    TESTS_ONLY.format("tests/protocols/test_pdmm.py::test_observables_equal_ground_truth"),
 )
 unchecked(
     "yu2023:C4",

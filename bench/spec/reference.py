@@ -5,7 +5,7 @@
 default (or that it is required) and its description, taken from the models' ``Field``
 descriptions; each section starts with its model's docstring. Without a kind it prints the
 whole reference of the task and suite files, which is committed as ``docs/task-reference.md``
-(``tests/test_spec_reference.py`` fails when that file is out of date).
+(``tests/spec/test_spec_reference.py`` fails when that file is out of date).
 
 The models are imported when a reference is rendered, not with this module, so that the command
 line starts without importing torch.

@@ -1,4 +1,4 @@
-"""Hostile attacks for the containment tests (tests/test_containment.py).
+"""Hostile attacks for the containment tests (tests/evaluation/test_containment.py).
 
 Each tries to get what a View does not give: the simulation (through the call stack or the
 garbage collector), knowledge the task declares private, or the inputs of the next attack.

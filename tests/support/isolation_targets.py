@@ -1,4 +1,4 @@
-"""Child-side functions for tests/test_isolation.py (imported by the children by name)."""
+"""Child-side functions for tests/evaluation/test_isolation.py (imported by the children by name)."""
 
 from __future__ import annotations
 

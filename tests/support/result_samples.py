@@ -1,4 +1,4 @@
-"""Hand-made job results shared by the scoring and page tests (known leakages and utilities)."""
+"""Hand-made job results shared by the scoring, page and store tests (known leakages and utilities)."""
 
 from __future__ import annotations
 
@@ -80,3 +80,44 @@ def sample_results() -> list[JobResult]:
         rs.append(job(*tab, "c", s, {"mia": 0.1 + 0.1 * s, "lira": 0.0}, 0.5, None))  # 0.9, 0.8, 0.7
         rs.append(job(*tab, "broken", s, {}, 0.0, None, failed=True))
     return rs
+
+
+def make_result(key: str, *, task: str = "t1", seed: int = 0, failed: bool = False) -> JobResult:
+    """A job with every field of a result set (the store's round trip), or a failed one with its reason."""
+    attacks = [
+        AttackOutcome("server", "inversion", "ok", {"psnr.mean": 12.5, "ssim.mean": 0.25}, 0.4, None, 1.5),
+        AttackOutcome("server", "mia", "failed", {}, None, "diverged: NaN loss", 0.1),
+        AttackOutcome("neighbors", "mia", "ok", {"auc.value": 0.61}, 0.22, None, 0.3),
+    ]
+    if failed:
+        return JobResult(
+            key=key,
+            task=task,
+            defense="gaussian_noise(sigma=1.0)",
+            defense_name="gaussian_noise",
+            defense_params={"sigma": 1.0},
+            seed=seed,
+            status="failed",
+            reason="training diverged to NaN at round 3",
+            utility_floor=0.5,
+            runtime_s=0.75,
+            provenance={"commit": "abc", "packages": {"torch": "2.x"}},
+        )
+    return JobResult(
+        key=key,
+        task=task,
+        defense="none",
+        defense_name="none",
+        defense_params={"nested": {"a": [1, 2.5, None], "b": "x"}},
+        seed=seed,
+        status="ok",
+        utility_metric="val_acc",
+        utility=0.9123456789,
+        utility_floor=0.5,
+        metrics={"val_loss": 0.31, "rounds": 10.0},
+        attacks=attacks,
+        privacy={"server": 0.6, "neighbors": 0.78},
+        runtime_s=3.25,
+        provenance={"commit": "abc", "dirty": False, "seed": seed},
+        accounting={"epsilon": 2.0, "delta": 1e-5, "accountant": "rdp"},
+    )

@@ -1,0 +1,442 @@
+"""The defense oracle (bench.evaluation.oracle) and the generic defense-aware variants (``+oracle``).
+
+The oracle answers ``F = dist(D(G), g)`` and ``∂F/∂G`` for attacker-chosen per-sample gradients
+``G``, where ``D`` is the victim's send pipeline through the defense's hooks; the ``+oracle``
+variants of DLG, batched DLG and Inverting Gradients put it into their objective. Checked here:
+the answers equal the closed forms (float64), BPDA and EOT where ``D`` is not differentiable or
+random, and — end to end — a defense no attack knows by name (a fixed random orthogonal rotation
+the server undoes) is broken by the generic variant while the standard attack fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.attacks.inversion.distance import gradient_distance
+from bench.core.params import call_with_params
+from bench.core.wire import blob
+from bench.defense.rowwise import clip_rows
+from bench.evaluation import oracle
+from bench.evaluation.adaptive import ORACLE_SUFFIX, with_adaptive
+from bench.evaluation.planning import build_attacks
+from bench.protocols import PROTOCOLS
+from bench.spec.schema import parse_task
+from tests.support.bench_root import REPO
+from tests.support.one_task import evaluate, make_root, outcomes, tiny_task
+
+#: a fixed random orthogonal map R(g) = H (s ⊙ g[π]) (a permutation π, signs s and a Householder
+#: reflection H, all drawn once from a constant seed): every upload is rotated, and the server
+#: undoes it before it averages — no attack knows it by name
+ROTATION = """
+import torch
+from bench.defense.plugin import DEFENSES, Defense
+
+
+@DEFENSES.register("rotation", "a fixed random orthogonal rotation of each upload, undone by the server")
+class Rotation(Defense):
+    protocols = ("fedsgd", "fedavg")
+
+    def bind(self, run):
+        super().bind(run)
+        gen = torch.Generator().manual_seed(1234)
+        p = run.n_params
+        self.perm = torch.randperm(p, generator=gen)
+        self.inv = torch.argsort(self.perm)
+        self.signs = (torch.randint(0, 2, (p,), generator=gen) * 2 - 1).to(run.dtype)
+        v = torch.randn(p, generator=gen, dtype=torch.float64)
+        self.v = (v / v.norm()).to(run.dtype)
+
+    def _reflect(self, x):
+        return x - 2.0 * (x @ self.v).unsqueeze(-1) * self.v
+
+    def outgoing(self, msgs, ctx):
+        return msgs.with_payload(self._reflect(msgs.payload[:, self.perm] * self.signs))
+
+    def wrap_aggregation(self, aggregate, ctx):
+        def undo(own, delivered):
+            plain = (self._reflect(delivered.payload) * self.signs)[:, self.inv]
+            return aggregate(own, delivered.with_payload(plain))
+
+        return undo
+"""
+
+
+def _task(defense: str, params: dict, source: bytes, dtype: str = "float64") -> oracle.DefenseOracle:
+    spec = tiny_task([{"name": "dlg", "params": {"rounds": [0]}}])
+    spec["simulation"]["dtype"] = dtype
+    task = parse_task(spec, "tiny")
+    oracle.setup(
+        {
+            "task": task.model_dump_json(),
+            "seed": 7,
+            "defense": {"name": defense, "params": params, "source": blob(source), "root": str(REPO)},
+        }
+    )
+    return oracle._ORACLE[0]
+
+
+def _query(o: oracle.DefenseOracle, k: int, b: int, objective: str = "l2", seed: int = 0) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    p = o._info.n_params
+    return {
+        "op": "evaluate",
+        "grads": torch.randn(k, b, p, generator=gen, dtype=torch.float64),
+        "theta": torch.randn(k, p, generator=gen, dtype=torch.float64),
+        "target": torch.randn(k, p, generator=gen, dtype=torch.float64),
+        "objective": objective,
+        "nodes": torch.arange(k) % 4,
+        "rounds": torch.zeros(k, dtype=torch.long),
+        "receiver": -1,
+    }
+
+
+@pytest.mark.parametrize("objective", ["l2", "cosine"])
+def test_the_oracle_answers_the_closed_form_of_clipping(objective):
+    source = (REPO / "defenses" / "gradient_clipping.py").read_bytes()
+    o = _task("gradient_clipping", {"max_norm": 0.5}, source)
+    q = _query(o, 6, 3, objective)
+    got = o.handle(q)
+    g = q["grads"].clone().requires_grad_(True)
+    want = gradient_distance(clip_rows(g.mean(1), 0.5), q["target"], objective)
+    (dg,) = torch.autograd.grad(want.sum(), g)
+    torch.testing.assert_close(got["values"], want.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["grads"], dg, rtol=1e-10, atol=1e-12)
+    assert o.info(-1) == {"per_sample": False, "random": False, "draws": 1}
+
+
+def test_per_sample_clipping_is_answered_per_sample():
+    source = (REPO / "defenses" / "gradient_clipping.py").read_bytes()
+    o = _task("gradient_clipping", {"max_norm": 0.5, "per_sample": True}, source)
+    q = _query(o, 4, 3)
+    got = o.handle(q)
+    g = q["grads"].clone().requires_grad_(True)
+    want = gradient_distance(clip_rows(g, 0.5).mean(1), q["target"], "l2")
+    (dg,) = torch.autograd.grad(want.sum(), g)
+    torch.testing.assert_close(got["values"], want.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["grads"], dg, rtol=1e-10, atol=1e-12)
+    assert o.info(-1)["per_sample"] is True
+
+
+def test_rounding_is_pulled_back_straight_through():
+    """Quantization has a zero derivative almost everywhere: BPDA uses the batch mean's."""
+    source = (REPO / "defenses" / "quantization.py").read_bytes()
+    o = _task("quantization", {"delta": 0.1}, source)
+    q = _query(o, 4, 2)
+    got = o.handle(q)
+    quantized = torch.round(q["grads"].mean(1) / 0.1) * 0.1
+    u = 2.0 * (quantized - q["target"])
+    torch.testing.assert_close(got["values"], (quantized - q["target"]).pow(2).sum(1), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(got["grads"], u.unsqueeze(1).expand(-1, 2, -1) / 2, rtol=1e-9, atol=1e-9)
+
+
+def test_a_random_defense_is_averaged_over_fixed_draws():
+    """EOT: two draws with seeds of the oracle's own; the same query gets the same answer (a
+    deterministic objective), and the value differs from the noiseless one."""
+    source = (REPO / "defenses" / "gaussian_noise.py").read_bytes()
+    o = _task("gaussian_noise", {"sigma": 1.0}, source)
+    assert o.info(-1) == {"per_sample": False, "random": True, "draws": oracle.EOT_DRAWS}
+    q = _query(o, 3, 1)
+    a, b = o.handle(q), o.handle(q)
+    torch.testing.assert_close(a["values"], b["values"], rtol=0, atol=0)
+    clean = (q["grads"].mean(1) - q["target"]).pow(2).sum(1)
+    assert not torch.allclose(a["values"], clean)
+    # additive noise: the derivative of ‖mean_m(G + n_m) − g‖² is 2 (D̄ − g), the identity's
+    noisy = a["values"]
+    assert torch.isfinite(noisy).all()
+
+
+def test_a_nodes_several_problems_share_one_call_as_if_each_were_alone():
+    """Restarts and label hypotheses of one victim are rows of one hook call (the send-side
+    hooks are row-local): each problem's answer equals the answer to it alone, rounds apart."""
+    source = (REPO / "defenses" / "top_k.py").read_bytes()
+    o = _task("top_k", {"fraction": 0.3}, source)
+    q = _query(o, 6, 2)
+    q["nodes"] = torch.tensor([3, 1, 3, 0, 1, 3])
+    q["rounds"] = torch.tensor([0, 0, 0, 1, 1, 0])
+    together = o.handle(q)
+    fields = ("grads", "theta", "target", "nodes", "rounds")
+    for k in range(6):
+        alone = o.handle({**q, **{f: q[f][k : k + 1] for f in fields}})
+        torch.testing.assert_close(together["values"][k : k + 1], alone["values"], rtol=1e-12, atol=0)
+        torch.testing.assert_close(together["grads"][k : k + 1], alone["grads"], rtol=1e-12, atol=0)
+    assert len(oracle.round_groups(q["rounds"])) == 2
+    assert oracle.round_groups(torch.zeros(4, dtype=torch.long)) == [slice(None)]
+
+
+@pytest.mark.parametrize(
+    ("defense", "params"),
+    [
+        ("gradient_clipping", {"max_norm": 0.5}),  # D reads the batch's mean gradient
+        ("gradient_clipping", {"max_norm": 0.5, "per_sample": True}),  # D reads per-sample gradients
+        ("quantization", {"delta": 0.05}),  # D has no useful derivative: BPDA
+    ],
+)
+def test_an_input_query_answers_what_the_gradient_query_does(defense, params):
+    """An input query (``x̂`` and labels; the oracle forms ``G``) gives the objective and
+    ``∂F/∂x̂`` of the gradient query whose ``G`` the attack side formed, to 1e-10 in float64;
+    and the attack sends ``x̂`` only when the task's loss has a name."""
+    from bench.attacks.inversion.autograd_matching import AutogradMatching
+    from bench.attacks.inversion.oracle_transform import DefenseTransform
+    from bench.attacks.oracle import OracleClient
+    from bench.simulation.objective import LOSSES
+
+    o = _task(defense, params, (REPO / "defenses" / f"{defense}.py").read_bytes())
+    ops: list[str] = []
+
+    def ask(q: dict) -> dict:
+        ops.append(q["op"])
+        return o.handle(q)
+
+    client = OracleClient(ask, receiver=-1)
+    gen = torch.Generator().manual_seed(3)
+    k, b, p = 5, 3, o._info.n_params
+    x = torch.randn(k, b, p - 1, generator=gen, dtype=torch.float64)  # logreg: d inputs, 1 bias
+    y = torch.randint(0, 2, (k, b), generator=gen).to(torch.float64)
+    theta = 0.5 * torch.randn(k, p, generator=gen, dtype=torch.float64)
+    target = torch.randn(k, p, generator=gen, dtype=torch.float64)
+    nodes, rounds = torch.arange(k) % 4, torch.zeros(k, dtype=torch.long)
+    answers = {}
+    for loss in (o.sim.loss_name, ""):
+        transform = DefenseTransform(client, nodes, rounds, "cosine", loss)
+        loss_fn = LOSSES.get(o.sim.loss_name, field="loss")
+        fn = AutogradMatching(o.sim.flat, loss_fn, y, theta, target, "cosine", 1e-3, transform=transform)
+        answers[loss] = fn(x)
+    assert ops.count("evaluate_inputs") == 1 and ops.count("evaluate") == 1
+    (v_in, g_in), (v_g, g_g) = answers[o.sim.loss_name], answers[""]
+    torch.testing.assert_close(v_in, v_g, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(g_in, g_g, rtol=1e-10, atol=1e-12)
+    assert g_in.abs().sum() > 0
+
+
+def test_a_problem_set_is_sent_once_and_named_after():
+    """``θ`` and ``g`` travel with the first query of a problem set only; later queries name its
+    token, and a token the oracle does not keep is refused with the reason the client resends on."""
+    from bench.attacks.oracle import UNKNOWN_PROBLEMS
+
+    source = (REPO / "defenses" / "gradient_clipping.py").read_bytes()
+    o = _task("gradient_clipping", {"max_norm": 0.5}, source)
+    q = _query(o, 4, 2)
+    first = o.handle({**q, "problems": "abc"})
+    named = {k: v for k, v in q.items() if k not in ("theta", "target")}
+    again = o.handle({**named, "problems": "abc"})
+    torch.testing.assert_close(first["values"], again["values"], rtol=0, atol=0)
+    with pytest.raises(oracle.OracleError, match=UNKNOWN_PROBLEMS):
+        o.handle({**named, "problems": "never-sent"})
+
+
+def test_generic_variants_are_planned_for_gradient_matching_on_node_gradients():
+    task = parse_task(
+        {
+            **tiny_task(
+                [
+                    {"name": "dlg", "params": {"rounds": [0]}},
+                    {"name": "dlg_batched", "params": {"rounds": [0], "source": "server_aggregate"}},
+                    {"name": "analytic_logreg", "params": {"rounds": [0]}},
+                ]
+            )
+        },
+        "tiny",
+    )
+    fedsgd = call_with_params(PROTOCOLS, "fedsgd", "protocol", lr=0.5)
+    sends = frozenset({"outgoing"})
+    planned = with_adaptive(build_attacks(task), "quantization", {"delta": 0.1}, oracle=fedsgd, hooks=sends)
+    labels = [p.label for p in planned["server"]]
+    assert labels == ["dlg", "dlg" + ORACLE_SUFFIX, "dlg_batched", "analytic_logreg"]
+    plain = ["dlg", "dlg_batched", "analytic_logreg"]
+    undefended = with_adaptive(build_attacks(task), "none", {}, oracle=fedsgd, hooks=sends)
+    assert [p.label for p in undefended["server"]] == plain
+    fedavg = call_with_params(PROTOCOLS, "fedavg", "protocol", lr=0.5)  # no observed gradient
+    planned = with_adaptive(build_attacks(task), "quantization", {"delta": 0.1}, oracle=fedavg, hooks=sends)
+    assert [p.label for p in planned["server"]] == plain
+    # a defense that acts on nothing between the gradients and the observer (early stopping):
+    # its generic variant would repeat the standard attack
+    stops = frozenset({"should_stop"})
+    planned = with_adaptive(build_attacks(task), "early_stopping", {}, oracle=fedsgd, hooks=stops)
+    assert [p.label for p in planned["server"]] == plain
+
+
+def _digits_task(protocol: str, params: dict, attack: dict) -> dict:
+    """A 4-node digits MLP (2 rounds) whose eavesdropper runs ``attack`` on round 0."""
+    task = tiny_task([])
+    task["simulation"] = {
+        "dataset": "digits",
+        "model": "mlp",
+        "model_params": {"hidden": [16]},
+        "nodes": 4,
+        "protocol": protocol,
+        "protocol_params": params,
+        "rounds": 2,
+        "eval_every": 2,
+    }
+    task["threats"] = [{"name": "eavesdropper", "attacks": [attack]}]
+    return task
+
+
+def test_a_rotation_no_attack_knows_is_broken_by_the_generic_variant(tmp_path):
+    """An eavesdropper sees rotated uploads only (the server, an insider, would decode them):
+    DLG learns nothing, DLG through the defense oracle reconstructs the data."""
+    task = _digits_task("fedsgd", {"lr": 0.1, "batch_size": 1}, {"name": "dlg", "params": {"rounds": [0]}})
+    root = make_root(tmp_path, task, {"rotation": ROTATION})
+    store = evaluate(root, tmp_path)
+    rotated = outcomes(store, "rotation")
+    plain = outcomes(store, "none")
+    assert plain["dlg"].leakage > 0.9
+    assert rotated["dlg"].status == "ok" and rotated["dlg"].leakage < 0.5
+    generic = rotated["dlg" + ORACLE_SUFFIX]
+    assert generic.status == "ok" and generic.leakage > 0.9
+    (result,) = [r for r in store.results() if r.defense == "rotation"]
+    assert result.status == "ok"  # the audit replays the server's undoing: it is honest
+    assert result.provenance["oracle"]["queries"] > 0
+    assert result.provenance["oracle"]["sandbox"].startswith("landlock")  # as the simulation's
+
+
+def test_a_rotation_of_fedavg_uploads_is_broken_by_generic_update_matching(tmp_path):
+    """FedAvg: the eavesdropper sees rotated local models. Update matching learns nothing from
+    them; through the oracle (``D(Δ') = R(θ + Δ') − θ``) it reconstructs the data."""
+    attack = {"name": "fedavg_update_inversion", "params": {"rounds": [0], "iterations": 300}}
+    task = _digits_task("fedavg", {"lr": 0.1, "batch_size": 1, "local_steps": 1}, attack)
+    root = make_root(tmp_path, task, {"rotation": ROTATION})
+    store = evaluate(root, tmp_path)
+    rotated, plain = outcomes(store, "rotation"), outcomes(store, "none")
+    label = "fedavg_update_inversion"
+    assert plain[label].leakage > 0.9
+    assert rotated[label].status == "ok" and rotated[label].leakage < 0.5
+    generic = rotated[label + ORACLE_SUFFIX]
+    assert generic.status == "ok", generic.reason
+    assert generic.leakage > 0.9
+
+
+def test_the_update_pipeline_is_answered_in_closed_form(tmp_path):
+    """``D(Δ) = outgoing(local_update(θ + Δ, θ)) − θ`` for a defense that halves the message."""
+    source = """
+from bench.defense.plugin import DEFENSES, Defense
+
+
+@DEFENSES.register("halve", "halve the uploads")
+class Halve(Defense):
+    protocols = ("fedavg",)
+
+    def outgoing(self, msgs, ctx):
+        return msgs.with_payload(msgs.payload * 0.5)
+"""
+    spec = tiny_task([])
+    spec["simulation"]["protocol"] = "fedavg"
+    spec["simulation"]["dtype"] = "float64"
+    root = make_root(tmp_path, spec, {"halve": source})
+    task = parse_task(spec, "tiny")
+    defense = {"name": "halve", "params": {}, "source": blob(source.encode()), "root": str(root)}
+    oracle.setup({"task": task.model_dump_json(), "seed": 7, "defense": defense})
+    o = oracle._ORACLE[0]
+    q = _query(o, 5, 1)
+    got = o.handle(q)
+    d = q["grads"][:, 0].clone().requires_grad_(True)
+    want = gradient_distance(0.5 * (q["theta"] + d) - q["theta"], q["target"], "l2")
+    (dd,) = torch.autograd.grad(want.sum(), d)
+    torch.testing.assert_close(got["values"], want.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["grads"][:, 0], dd, rtol=1e-10, atol=1e-12)
+    with pytest.raises(oracle.OracleError, match="one update per problem"):
+        o.handle(_query(o, 2, 3))
+
+
+@pytest.mark.slow
+def test_the_generic_variant_is_as_strong_as_the_name_keyed_one(tmp_path, monkeypatch):
+    """On the quick track of gradient inversion under FedSGD, wherever a name-keyed ``+adaptive`` variant and
+    the generic ``+oracle`` variant both run against top-k, quantization, message noise and
+    clipping, the generic one leaks at least as much, to within 0.05."""
+    from bench.evaluation import job
+
+    monkeypatch.setattr(job, "ORACLE_SKIP_LEAKAGE", 2.0)  # run every generic variant
+    defenses = ["top_k:fraction=0.1", "quantization:delta=0.01", "gaussian_noise:sigma=0.01"]
+    defenses.append("gradient_clipping:max_norm=1.0")
+    args = ["--task", "digits_mlp_fedsgd", "--seeds", "1", "--jobs", "2"]
+    for d in defenses:
+        args += ["--defense", d]
+    store = evaluate(REPO, tmp_path, *args)
+    pairs = 0
+    for result in store.results():
+        assert result.status == "ok", result.reason
+        by_label = {a.attack: a for a in result.attacks}
+        for label, outcome in by_label.items():
+            if not label.endswith("+adaptive"):
+                continue
+            generic = by_label.get(label.replace("+adaptive", ORACLE_SUFFIX))
+            if generic is None:
+                continue
+            pairs += 1
+            assert generic.status == "ok", generic.reason
+            assert generic.leakage >= outcome.leakage - 0.05, (result.defense, label)
+        assert any(label.endswith(ORACLE_SUFFIX) for label in by_label), result.defense
+    assert pairs >= 1  # inverting_gradients against top_k
+
+
+def _worlds_query(o: oracle.DefenseOracle) -> dict:
+    gen = torch.Generator().manual_seed(3)
+    cfg = o.sim.config.model_copy(update={"seed": 0})
+    return {
+        "op": "reference_worlds",
+        "cfg": cfg.model_dump_json(),
+        "x": torch.randn(24, 2, generator=gen, dtype=torch.float64),
+        "y": torch.randint(0, 2, (24,), generator=gen),
+        "n_classes": 2,
+        "counts": [1] * 8,
+        "worlds": 2,
+        "rounds": [1, 2],
+        "source": "global_model",
+        "seed": 11,
+        "mixing": None,
+        "online_candidates": 0,
+    }
+
+
+def test_reference_worlds_are_trained_under_the_defense_in_the_oracle():
+    """The generic membership variants calibrate on worlds trained with the defense's hooks: a
+    clipping norm no gradient reaches gives exactly the undefended worlds; a tight one moves them."""
+    from bench.attacks.membership.reference_worlds import reference_worlds_at
+
+    source = (REPO / "defenses" / "gradient_clipping.py").read_bytes()
+    o = _task("gradient_clipping", {"max_norm": 1e6}, source)
+    q = _worlds_query(o)
+    got = o.handle(q)["worlds"]
+    cfg = o.sim.config.model_copy(update={"seed": 0})
+    plain = reference_worlds_at(cfg, q["x"], q["y"], 2, q["counts"], 2, [1, 2], "global_model", 11)
+    for t in (1, 2):
+        torch.testing.assert_close(got[str(t)]["theta"], plain[t].theta, rtol=1e-12, atol=1e-14)
+        assert torch.equal(got[str(t)]["trained_on"], plain[t].trained_on)
+    tight = _task("gradient_clipping", {"max_norm": 1e-3}, source)
+    moved = tight.handle(_worlds_query(tight))["worlds"]
+    assert not torch.allclose(moved["2"]["theta"], plain[2].theta)
+
+
+def test_every_committed_defense_is_answered_on_fedsgd():
+    """The oracle runs each committed defense's hooks on a few nodes' rows under autograd: every
+    example answers finite values and gradients, or — secure aggregation's ring elements —
+    refuses with a reason (the generic variant then fails, as the standard attacks do)."""
+    from bench.defense.plugin import DEFENSES, discover_defenses, load_defense_module
+
+    for name in discover_defenses(REPO):
+        load_defense_module(name, REPO)
+        source = (REPO / "defenses" / f"{name}.py").read_bytes()
+        for example in DEFENSES.get(name).examples:
+            o = _task(name, dict(example), source)
+            try:
+                got = o.handle(_query(o, 5, 2))
+            except oracle.OracleError as exc:
+                assert name == "secure_aggregation" and "not real vectors" in str(exc)
+                continue
+            assert torch.isfinite(got["values"]).all() and torch.isfinite(got["grads"]).all(), name
+
+
+def test_update_matching_has_a_generic_variant_only_without_per_step_hooks():
+    """FedAvg update matching runs ``+oracle`` against a defense acting on the trained model or its
+    message, not against one acting inside the local steps, and not on FedSGD."""
+    from bench.attacks.inversion.local_updates import FedAvgUpdateInversion
+
+    fedavg = call_with_params(PROTOCOLS, "fedavg", "protocol", lr=0.5)
+    fedsgd = call_with_params(PROTOCOLS, "fedsgd", "protocol", lr=0.5)
+    attack = FedAvgUpdateInversion()
+    assert attack.uses_defense_oracle(fedavg, frozenset({"outgoing"}))
+    assert attack.uses_defense_oracle(fedavg, frozenset({"local_update", "wrap_aggregation"}))
+    assert not attack.uses_defense_oracle(fedavg, frozenset({"outgoing", "local_gradients"}))
+    assert not attack.uses_defense_oracle(fedavg, frozenset({"wrap_aggregation"}))
+    assert not attack.uses_defense_oracle(fedsgd, frozenset({"outgoing"}))
