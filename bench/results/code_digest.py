@@ -13,13 +13,16 @@ task spec, defense configuration and seed together with
   page), which does not change a number.
 
 Editing ``defenses/my_defense.py`` or an attack therefore reruns exactly the jobs it affects.
+
+A module is digested by its code, not its bytes (:func:`code_bytes`): the syntax tree without
+docstrings, comments or layout. Documentation edits leave every key as it was; any change of
+what runs (a statement, a default, a constant, a name) changes it.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -39,15 +42,20 @@ PRESENTATION = (
     "api.py",
 )
 
-#: modules under ``bench/attacks`` that the engine runs as well (the scorer's and the oracle's
-#: membership library: candidate pool, reference worlds, signals, metrics), digested with it
-ENGINE_IN_ATTACKS = tuple(
-    f"attacks/membership/{name}.py"
-    for name in (
-        "epsilon likelihood_ratio metrics pool reference_worlds pairwise_likelihood "
-        "roc signals threshold_choice"
-    ).split()
-)
+
+def code_bytes(path: Path) -> bytes:
+    """What of a module's source a digest reads: its syntax tree (``ast.dump``, without line
+    numbers) with every docstring — of the module, each class and each function — left out.
+    Comments and layout are not in the tree either; a string statement that is not a docstring
+    (one not first in its body) stays."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                if isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False).encode()
 
 
 def _digest(parts: list[tuple[str, bytes]]) -> str:
@@ -68,27 +76,14 @@ def module_file(module: str) -> Path | None:
     return None
 
 
-def imported_modules(module: str, path: Path, top_level: bool = False) -> set[str]:
-    """Modules named by the import statements of module ``module`` (file ``path``), relative
-    imports resolved; for ``from a import b`` both ``a`` and ``a.b`` (``b`` may be a module).
-    ``top_level``: only the statements run when the module is imported (not those inside
-    functions or ``if TYPE_CHECKING:`` blocks)."""
+def imported_modules(module: str, path: Path) -> set[str]:
+    """Modules named by the import statements of module ``module`` (file ``path``) — those run at
+    import and those inside functions or ``if TYPE_CHECKING:`` blocks alike — relative imports
+    resolved; for ``from a import b`` both ``a`` and ``a.b`` (``b`` may be a module)."""
     tree = ast.parse(path.read_bytes(), filename=str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-
-    def statements(nodes: list[ast.stmt]) -> Iterator[ast.stmt]:
-        for node in nodes:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                continue
-            yield node
-            if isinstance(node, (ast.If, ast.Try)):
-                yield from statements(node.body)
-                yield from statements(node.orelse)
-                for handler in getattr(node, "handlers", []):
-                    yield from statements(handler.body)
-
-    for node in statements(tree.body) if top_level else ast.walk(tree):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -105,7 +100,7 @@ def imported_modules(module: str, path: Path, top_level: bool = False) -> set[st
 def attack_digest(module: str) -> str:
     """Digest of attack module ``module`` and every ``bench.attacks`` module it imports,
     transitively (:func:`attack_modules`)."""
-    return _digest([(name, path.read_bytes()) for name, path in attack_modules(module).items()])
+    return _digest([(name, code_bytes(path)) for name, path in attack_modules(module).items()])
 
 
 def attack_modules(module: str) -> dict[str, Path]:
@@ -121,19 +116,38 @@ def attack_modules(module: str) -> dict[str, Path]:
         if path is None:
             continue
         seen[name] = path
-        todo.extend(m for m in imported_modules(name, path) if m == ATTACKS or m.startswith(ATTACKS + "."))
+        todo.extend(m for m in imported_modules(name, path) if _is_attack(m))
     return seen
+
+
+def _is_attack(module: str) -> bool:
+    return module == ATTACKS or module.startswith(ATTACKS + ".")
+
+
+def _module_name(rel: str) -> str:
+    return "bench." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
+def engine_modules() -> dict[str, Path]:
+    """``relative path -> file`` of the engine: every module of ``bench`` outside
+    ``bench/attacks`` and :data:`PRESENTATION`, and every module of ``bench.attacks`` those
+    import, directly or through others (:func:`attack_modules`: the scorer's and the oracle's
+    membership library — candidate pool, reference worlds, signals, metrics — the attack base
+    classes, the matching objective the oracle shares), found from the import statements."""
+    out: dict[str, Path] = {}
+    for path in PACKAGE_DIR.rglob("*.py"):
+        rel = path.relative_to(PACKAGE_DIR).as_posix()
+        if rel.startswith("attacks/") or any(rel == p or rel.startswith(p + "/") for p in PRESENTATION):
+            continue
+        out[rel] = path
+        for imported in imported_modules(_module_name(rel), path):
+            if _is_attack(imported):
+                for _, file in attack_modules(imported).items():
+                    out[file.relative_to(PACKAGE_DIR).as_posix()] = file
+    return out
 
 
 @cache
 def engine_digest() -> str:
-    """Digest of every module of ``bench`` outside ``bench/attacks`` and :data:`PRESENTATION`."""
-    parts = []
-    for path in PACKAGE_DIR.rglob("*.py"):
-        rel = path.relative_to(PACKAGE_DIR).as_posix()
-        if (rel.startswith("attacks/") and rel not in ENGINE_IN_ATTACKS) or any(
-            rel == p or rel.startswith(p + "/") for p in PRESENTATION
-        ):
-            continue
-        parts.append((rel, path.read_bytes()))
-    return _digest(parts)
+    """Digest of :func:`engine_modules`."""
+    return _digest([(rel, code_bytes(path)) for rel, path in engine_modules().items()])

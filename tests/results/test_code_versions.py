@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from bench.leaderboard.ranking import entry_table, superseded_versions
-from bench.results.code_digest import attack_modules, engine_digest
+from bench.results import code_digest
+from bench.results.code_digest import attack_modules, code_bytes, engine_digest, engine_modules
 from bench.results.store import ResultStore
 from tests.support.bench_root import REPO, make_root, run_evaluate, tiny_task
 
@@ -86,6 +87,67 @@ def test_attack_code_closure_and_engine_digest():
     )
     assert all(name.startswith("bench.attacks") for name in mods)
     assert len(engine_digest()) == 16
+
+
+def test_a_digest_reads_code_not_documentation(tmp_path):
+    """Docstrings, comments and layout do not change a module's digest; a statement, a default
+    or a string that is not a docstring does."""
+    src = '''"""Module doc."""
+
+
+def f(x, k=2):
+    """Doc of f."""
+    # a comment
+    return x * k
+'''
+    variants = {
+        "same": src.replace("Module doc.", "Another text.").replace("# a comment", "# other"),
+        "reflowed": src.replace("return x * k", "return (\n        x * k\n    )"),
+        "default": src.replace("k=2", "k=3"),
+        "body": src.replace("x * k", "x + k"),
+        "string": src.replace("    return", "    'not a docstring'\n    return"),
+    }
+    base = tmp_path / "base.py"
+    base.write_text(src)
+    digests = {}
+    for name, text in variants.items():
+        (tmp_path / f"{name}.py").write_text(text)
+        digests[name] = code_bytes(tmp_path / f"{name}.py")
+    assert digests["same"] == digests["reflowed"] == code_bytes(base)
+    assert len({code_bytes(base), digests["default"], digests["body"], digests["string"]}) == 4
+
+
+def test_the_engine_digest_follows_its_imports_into_the_attacks(tmp_path, monkeypatch):
+    """An engine module that imports a library module under ``bench/attacks`` makes it (and what
+    it imports there) part of the engine's digest, with no list to keep: a new membership
+    library module the scorer uses is covered the day it is imported."""
+    pkg = tmp_path / "bench"
+    files = {
+        "__init__.py": "",
+        "evaluation/__init__.py": "",
+        "evaluation/scorer.py": "from bench.attacks.membership.newlib import f\n",
+        "attacks/__init__.py": "",
+        "attacks/membership/__init__.py": "",
+        "attacks/membership/newlib.py": "from .helper import g\n\ndef f():\n    return g()\n",
+        "attacks/membership/helper.py": "def g():\n    return 1\n",
+        "attacks/membership/unused.py": "def h():\n    return 2\n",
+        "leaderboard/page.py": "from bench.attacks.membership.unused import h\n",
+    }
+    for rel, text in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    monkeypatch.setattr(code_digest, "PACKAGE_DIR", pkg)
+    found = set(engine_modules())
+    assert {"attacks/membership/newlib.py", "attacks/membership/helper.py"} <= found
+    assert "attacks/membership/unused.py" not in found  # only the presentation layer imports it
+    assert "evaluation/scorer.py" in found and "leaderboard/page.py" not in found
+
+
+def test_the_engine_digest_covers_the_scorers_membership_library():
+    found = set(engine_modules())
+    for name in ("pool", "reference_worlds", "likelihood_ratio", "epsilon", "metrics", "roc"):
+        assert f"attacks/membership/{name}.py" in found
+    assert "attacks/membership/lira.py" not in found  # an attack: in its own digest
 
 
 def test_a_jobs_key_covers_the_attacks_of_its_model_family():
