@@ -62,8 +62,8 @@ unchecked(
     "yu2025:C9",
     "Combining difference and sum gives no improvement.",
     "measured once, not asserted: the combined objective exists (pdmm_sum_inversion with each node's "
-    "difference; SSIM in the README), but its margin over the better single observable is too small at "
-    "CPU scale for an ordering over seeds",
+    "difference; its SSIM is in docs/catalogue.md), but its margin over the better single "
+    "observable is too small at CPU scale for an ordering over seeds",
 )
 unchecked(
     "yu2025:C10",

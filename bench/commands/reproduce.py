@@ -69,14 +69,13 @@ def _code_key(root: Path, commit: str, dirty: object) -> str:
     """What a journaled result is reused for: the commit, and for a checkout with uncommitted
     changes a digest of ``git diff HEAD`` too (the same edits resume; other edits run again)."""
     import hashlib
-    import subprocess
+
+    from bench.results.provenance import git_output
 
     if dirty is False or commit == "unknown":
         return commit
-    diff = subprocess.run(
-        ["git", "-C", str(root), "diff", "HEAD", "--no-color", "--"], capture_output=True, check=False
-    ).stdout
-    return f"{commit}+{hashlib.sha256(diff).hexdigest()[:12]}"
+    diff = git_output("diff", "HEAD", "--no-color", "--", cwd=root) or ""
+    return f"{commit}+{hashlib.sha256(diff.encode()).hexdigest()[:12]}"
 
 
 def add_parser(sub: Any) -> None:

@@ -49,7 +49,9 @@ def spec_hash(obj: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _git(*args: str, cwd: Path) -> str | None:
+def git_output(*args: str, cwd: Path) -> str | None:
+    """``git *args`` run in ``cwd``: its stripped standard output, or ``None`` when git is
+    missing, fails or outlasts :data:`_GIT_TIMEOUT_S`."""
     try:
         done = subprocess.run(
             ["git", *args],
@@ -86,10 +88,10 @@ def git_state(root: Path = REPO_ROOT, ignore: Path | None = None) -> dict[str, A
     unknown: dict[str, Any] = {"commit": "unknown", "dirty": None}
     if not root.is_dir():
         return unknown
-    top = _git("rev-parse", "--show-toplevel", cwd=root)
+    top = git_output("rev-parse", "--show-toplevel", cwd=root)
     if top is None or Path(top).resolve() != root.resolve():
         return unknown
-    commit = _git("rev-parse", "HEAD", cwd=root)
+    commit = git_output("rev-parse", "HEAD", cwd=root)
     if not commit:
         return unknown
     # untracked files count: a new defense plugin or task not yet committed changes results
@@ -98,7 +100,7 @@ def git_state(root: Path = REPO_ROOT, ignore: Path | None = None) -> dict[str, A
         if _inside(ignore, root)
         else []
     )
-    status = _git("status", "--porcelain", "--untracked-files=normal", *spec, cwd=root)
+    status = git_output("status", "--porcelain", "--untracked-files=normal", *spec, cwd=root)
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 

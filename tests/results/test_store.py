@@ -262,13 +262,13 @@ def test_provenance_fields(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_git_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # no real git call: _git is replaced by a fake answering for a repository at tmp_path
+    # no real git call: git_output is replaced by a fake answering for a repository at tmp_path
     answers = {"rev-parse --show-toplevel": str(tmp_path), "rev-parse HEAD": "c0ffee", "status": " M x.py"}
 
     def fake_git(*args: str, cwd: Path) -> str | None:
         return next((v for k, v in answers.items() if " ".join(args).startswith(k)), None)
 
-    monkeypatch.setattr(prov, "_git", fake_git)
+    monkeypatch.setattr(prov, "git_output", fake_git)
     assert prov.git_state(tmp_path) == {"commit": "c0ffee", "dirty": True}
     answers["status"] = ""
     assert prov.git_state(tmp_path) == {"commit": "c0ffee", "dirty": False}
@@ -276,7 +276,7 @@ def test_git_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     other = tmp_path / "site-packages"
     other.mkdir()
     assert prov.git_state(other) == {"commit": "unknown", "dirty": None}
-    monkeypatch.setattr(prov, "_git", lambda *a, cwd: None)  # git missing
+    monkeypatch.setattr(prov, "git_output", lambda *a, cwd: None)  # git missing
     assert prov.git_state(tmp_path) == {"commit": "unknown", "dirty": None}
 
 
