@@ -14,9 +14,8 @@ __version__ = "0.1.0"
 
 # Large CPU tensors on transparent huge pages (PyTorch's allocator reads this variable at its first
 # large allocation). The stacked engine allocates round temporaries of tens to hundreds of MiB;
-# with 4 KiB pages, first-touch page faults cost more than the arithmetic (measured on 2 cores: a
-# 129 MiB clone 91 ms with 4 KiB pages, 40 ms with huge pages, 16 ms into an existing buffer; see
-# performance/bandwidth.py). A user's own setting wins.
+# with 4 KiB pages, first-touch page faults cost more than the arithmetic (see
+# performance/README.md). A user's own setting wins.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 

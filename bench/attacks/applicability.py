@@ -8,8 +8,8 @@ each task file to remember. Whether an attack applies is read from what its clas
 (:class:`~bench.attacks.base.Attack`: ``threats``, ``protocols``, ``models``, ``first_layer``,
 ``one_sample``, ``family``) by :func:`applies`, which gives the reason when it does not.
 :data:`NOT_RUN` gives the reason for every attack that applies to a quick track by those rules
-and is still not run there (``tests/test_applicability.py`` keeps the list honest: an applicable
-attack that is neither run nor listed fails it).
+and is still not run there (``tests/attacks/test_applicability.py`` keeps the list honest: an
+applicable attack that is neither run nor listed fails it).
 """
 
 from __future__ import annotations

@@ -39,7 +39,10 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Entry(Generic[T]):
+class Registered(Generic[T]):
+    """One item of a :class:`Registry`: its name, the registered object and a one-line
+    description."""
+
     name: str
     obj: T
     description: str
@@ -57,7 +60,7 @@ class Registry(Generic[T]):
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self._entries: dict[str, Entry[T]] = {}
+        self._entries: dict[str, Registered[T]] = {}
 
     def register(self, name: str, description: str = "") -> Callable[[T], T]:
         """Decorator that registers ``obj`` under ``name``.
@@ -70,7 +73,7 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
             doc = description or (getattr(obj, "__doc__", None) or "").strip().splitlines()[:1]
             text = doc if isinstance(doc, str) else (doc[0] if doc else "")
-            self._entries[name] = Entry(name, obj, text)
+            self._entries[name] = Registered(name, obj, text)
             return obj
 
         return deco

@@ -25,8 +25,8 @@ class WireError(ValueError):
 def check_plain(obj: Any, where: str = "payload") -> None:
     """Raise :class:`WireError` unless ``obj`` is built from tensors, scalars, lists, tuples and
     dicts with string or integer keys. (Raw ``bytes`` are refused: ``torch.save`` encodes them
-    as text, 50 % larger and ten times slower than the same bytes as a tensor; wrap blobs with
-    :func:`blob`.)"""
+    as text, 50 % larger and slower than the same bytes as a tensor (see performance/README.md);
+    wrap blobs with :func:`blob`.)"""
     if isinstance(obj, (*_SCALARS, torch.Tensor)):
         return
     if isinstance(obj, (list, tuple)):
@@ -62,8 +62,9 @@ def dumps(obj: Any) -> bytes:
     """Serialize plain data (checked first) to bytes.
 
     PyTorch's legacy (non-zip) format: the same pickle-with-storages that
-    ``torch.load(weights_only=True)`` reads safely, written three times faster than the zip
-    archive (no per-record CRC), which matters for the multi-megabyte Views of every job."""
+    ``torch.load(weights_only=True)`` reads safely, written faster than the zip archive (no
+    per-record CRC; see performance/README.md), which matters for the multi-megabyte Views of
+    every job."""
     check_plain(obj)
     buf = io.BytesIO()
     torch.save(obj, buf, _use_new_zipfile_serialization=False)

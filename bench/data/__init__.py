@@ -10,9 +10,8 @@ reproducible per-node minibatches (:mod:`bench.data.stacked`).
 
 from bench.data import digits, leaf, real, synthetic, tabular  # noqa: F401  (registers the datasets)
 from bench.data.attributed import AttributedDataset
-from bench.data.dataset import ArrayDataset, TrainTest
+from bench.data.dataset import DATASETS, ArrayDataset, TrainTest
 from bench.data.partition import PARTITIONS, partition_summary
-from bench.data.registry import DATASETS
 from bench.data.stacked import NodeData
 
 __all__ = [

@@ -1,10 +1,17 @@
-"""In-memory datasets with the facts a benchmark needs: task type, classes, normalization."""
+"""In-memory datasets with the facts a benchmark needs (task type, classes, normalization), and
+the registry :data:`DATASETS` of the functions that build them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
+from bench.core.registry import Registry
+
+#: dataset name -> its builder ``(**params, seed) -> TrainTest`` (each data module registers
+#: its own)
+DATASETS: Registry = Registry("dataset")
 
 
 @dataclass(frozen=True)

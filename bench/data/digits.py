@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 
 from bench.core.errors import require
-from bench.data.dataset import ArrayDataset, TrainTest
-from bench.data.registry import DATASETS
+from bench.data.dataset import DATASETS, ArrayDataset, TrainTest
 
 # Mean and std of the [0, 1]-scaled pixels over all 1,797 images (computed once, fixed so that
 # every split normalizes the same way).

@@ -35,8 +35,7 @@ import torch
 
 from bench.core.errors import BenchInputError, require, require_positive_int
 from bench.data.attributed import AttributedDataset
-from bench.data.dataset import TrainTest
-from bench.data.registry import DATASETS
+from bench.data.dataset import DATASETS, TrainTest
 
 XU_NEGLIA_SIZES = (280, 184, 1536, 256, 208)
 

@@ -39,9 +39,8 @@ import torch
 
 from bench.core.errors import BenchInputError, require, require_positive_int
 from bench.data import cache, ingest
-from bench.data.dataset import ArrayDataset, TrainTest
+from bench.data.dataset import DATASETS, ArrayDataset, TrainTest
 from bench.data.formats import FormatError, cifar_batch, maybe_gunzip, read_idx, stl10_images
-from bench.data.registry import DATASETS
 from bench.data.sources import IDX_STEMS
 
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)

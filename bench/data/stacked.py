@@ -162,8 +162,8 @@ class NodeData:
             order = order.reshape(*order.shape[:-2], draws * n_batches, b)
             sorted_keys = sorted_keys.reshape(*sorted_keys.shape[:-2], draws * n_batches, b)
         mask = sorted_keys < _INVALID
-        # row v·M + j of the flattened local sets: one index_select of whole samples (several
-        # times faster than advanced indexing with a (node, slot) index pair, measured)
+        # row v·M + j of the flattened local sets: one index_select of whole samples (faster than
+        # advanced indexing with a (node, slot) index pair; see performance/README.md)
         flat = (torch.arange(self.n_nodes)[:, None, None] * m + order).reshape(-1)
         x = self.x.reshape(self.n_nodes * m, *self.x.shape[2:]).index_select(0, flat)
         y = self.y.reshape(-1).index_select(0, flat)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 
 from bench.core.errors import require, require_positive_int
-from bench.data.dataset import ArrayDataset, TrainTest
-from bench.data.registry import DATASETS
+from bench.data.dataset import DATASETS, ArrayDataset, TrainTest
 
 
 def _generator(seed: int) -> torch.Generator:

@@ -18,7 +18,7 @@ import torch
 
 from bench.core.errors import BenchInputError, require
 from bench.data.attributed import AttributedDataset
-from bench.data.dataset import ArrayDataset, TrainTest
+from bench.data.dataset import DATASETS, ArrayDataset, TrainTest
 from bench.data.formats import (
     ADULT_CATEGORIES,
     ADULT_NUMERIC,
@@ -30,7 +30,6 @@ from bench.data.formats import (
     split_lines,
 )
 from bench.data.real import format_error, obtain, pick_indices, seeded_subsets
-from bench.data.registry import DATASETS
 
 
 def pool_split(

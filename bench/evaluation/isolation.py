@@ -193,8 +193,8 @@ def _worker_main(conn: Any, threads: int) -> None:
             break
         del answer
         # nothing of this request survives into the next one; collected after the answer is
-        # sent, so that the caller does not wait for it (a full collection costs ~3 ms, once per
-        # query of a defense oracle)
+        # sent, so that the caller does not wait for it (one full collection per query of a
+        # defense oracle; its cost is in performance/README.md)
         gc.collect()
     _exit()
 

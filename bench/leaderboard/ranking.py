@@ -122,7 +122,7 @@ def _std(values: list[float]) -> float:
 
 
 @dataclass
-class _Entry:
+class _RankedEntry:  # a row of entry_table while it is gathered: a defense's jobs on one track
     task: str
     threat: str
     defense: str
@@ -201,14 +201,14 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
     """
     results, old = split_versions(results)
     threats_of = _task_threats(results)
-    entries: dict[tuple[str, str, str], _Entry] = {}
+    entries: dict[tuple[str, str, str], _RankedEntry] = {}
     suites: dict[str, set[str]] = defaultdict(set)
     for i, r in enumerate(results):
         for threat in threats_of[r.task]:
             key = (r.task, threat, r.defense)
             e = entries.get(key)
             if e is None:
-                e = entries[key] = _Entry(task=r.task, threat=threat, defense=r.defense)
+                e = entries[key] = _RankedEntry(task=r.task, threat=threat, defense=r.defense)
             if e.utility_floor is None and r.utility_floor is not None:
                 e.utility_floor = float(r.utility_floor)
             if e.utility_metric is None:

@@ -8,8 +8,8 @@ map of the headline number to a leakage in [0, 1]); importing the package regist
 from bench.metrics import (  # noqa: F401  (registration)
     image,
     labels,
-    local_model,
     membership,
+    model_recovery,
     reconstructed,
     success,
     vector,

@@ -64,7 +64,7 @@ def ssim_per_image(preds: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     interior both maps agree to 1e-10 (same window, ``k1``/``k2`` and population covariance;
     torchmetrics sizes a Gaussian window as ``2 int(3.5 σ + 0.5) + 1``, which is ``k`` for every
     window of :func:`ssim_window`); the averages differ by the borders, ~1e-2 on 8–32 pixel
-    noise images (``tests/test_metrics_pairing.py``).
+    noise images (``tests/metrics/test_metrics_pairing.py``).
     """
     k, sigma = ssim_window(preds.shape[-2], preds.shape[-1])
     return structural_similarity_index_measure(

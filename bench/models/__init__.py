@@ -1,7 +1,7 @@
 """Model zoo: registered factories ``(input_shape, n_outputs, **params) -> nn.Module`` —
 regression and dense networks (``dense``), LeNets (``lenet``), plain CNNs (``cnn``), VGG-11
 (``vgg``) and ResNet20 (``resnet``), each citing its source and stating its parameter count
-(``tests/test_models.py`` checks them) — and :func:`build_model`, which refuses for the
+(``tests/models/test_models.py`` checks them) — and :func:`build_model`, which refuses for the
 stacked-node engine the BatchNorm models it cannot evaluate and names their GroupNorm twins;
 :mod:`bench.models.base` holds the registry and the table of every model.
 """

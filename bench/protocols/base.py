@@ -295,7 +295,7 @@ class Protocol(ABC):
                 else:
                     state["momentum"][nodes] = buf
                 grads = buf
-            if bool(active.all()):  # θ − η g: an axpy, ~1.7× faster than the broadcast addcmul
+            if bool(active.all()):  # θ − η g: an axpy, faster than the broadcast addcmul
                 theta = torch.add(theta, grads, alpha=-lr)
             else:
                 theta = torch.addcmul(theta, active, grads, value=-lr)  # θ − η·active·g

@@ -18,10 +18,11 @@ and when the receivers integrate what is *delivered* (``δ_f`` along ``i → j``
 (``z_{j|i} += δ_f`` enters ``a_j`` with ``B_{j|i} = −1``, ``z_{i|j} += δ_b`` enters ``a_i`` with
 ``+1``). So the protocol needs ``D`` (one row per *pair*, ``|E| × P``) and ``a`` (``N × P``)
 instead of ``z`` (``2|E| × P``), and a round touches each of them a constant number of times.
-The iterates are those of the full form in exact arithmetic (``tests/test_pdmm_lean.py`` checks
-the two agree to 1e-10 in float64); ``a`` is accumulated rather than recomputed from ``z``, so in
-float32 the two forms differ by the rounding of that accumulation (one rounding per round and
-edge; how it grows with ``t`` is not measured here).
+The iterates are those of the full form in exact arithmetic
+(``tests/protocols/test_pdmm_lean.py`` checks the two agree to 1e-10 in float64); ``a`` is
+accumulated rather than recomputed from ``z``, so in float32 the two forms differ by the
+rounding of that accumulation (one rounding per round and edge; how it grows with ``t`` is not
+measured here).
 
 **Message layout.** The lean form sends the round's increments *pair-major*: payload rows
 ``[0, |E|)`` are the forward edges ``i → j`` (``i < j``) in pair order, rows ``[|E|, 2|E|)`` the
@@ -93,9 +94,9 @@ class PairLayout:
         ``i → j``, then ``−θ (D + 2ρ w_j)`` along ``j → i``
         (:func:`~bench.simulation.kernels.pair_increments`).
 
-        Column blocking (to keep each block's gather and add in cache) was measured slower on
-        2 cores: 47 ms against 39 ms for the 50-node MLP, as the strided gathers lose more than
-        the cache gains (``performance/bandwidth.py`` prints this round's traffic)."""
+        Column blocking (to keep each block's gather and add in cache) is not used: it was slower
+        for the 50-node MLP, as the strided gathers lose more than the cache gains (see
+        performance/README.md; ``performance/bandwidth.py`` prints this round's traffic)."""
         return kernel(pair_increments, compiled, d.numel())(w, d, self.i, self.j, rho, theta)
 
     def integrate(

@@ -15,9 +15,9 @@ fuses each into one loop over the data (one read of every input, one write of th
 Each kernel is a plain function (the eager path: written with as few passes and temporaries as
 ATen allows) and :func:`kernel` returns it or its compiled twin, compiled once per process and
 shape (``dynamic=False``: a simulation's shapes are fixed; a new shape recompiles). Compiled ≡
-eager to float tolerance (``tests/test_kernels.py``, float64). The first call of each compiled
-kernel costs 5–20 s of compilation on this project's 2-core CPU, which pays for itself only on long
-runs: compilation is off unless the run config says ``compile: true``.
+eager to float tolerance (``tests/simulation/test_kernels.py``, float64). The first call of each
+compiled kernel compiles it, which takes seconds (see performance/README.md) and pays for itself
+only on long runs: compilation is off unless the run config says ``compile: true``.
 
 Where compilation is skipped, and why:
 
@@ -45,8 +45,8 @@ _COMPILED: dict[Callable, Callable] = {}
 
 
 #: below this many elements per operand a compiled kernel is slower than eager: the call's guard
-#: checks and dispatch (~0.1 ms) exceed the eager ops' cost (a 60-node logistic-regression PDMM
-#: round: 0.95 ms compiled against 0.58 ms eager, ``performance/pdmm.py``)
+#: checks and dispatch exceed the eager ops' cost (measured by ``performance/pdmm.py``; see
+#: performance/README.md)
 MIN_COMPILED_NUMEL = 1 << 16
 
 

@@ -7,31 +7,30 @@ For a mixing matrix ``W`` and delivered messages, node ``v`` computes
 (Boyd et al. gossip; Pasquini et al. Alg. 1 line 3 with ``W_vu = 1/|N(v)|``). When the
 messages are an unmodified node broadcast (``m_{u→v} = x_u``) this is ``x⁺ = W x``.
 
-Four kernels compute it:
+Four kernels compute it (their timings against each other: performance/README.md):
 
 * block means — disconnected complete graphs of equal size with uniform weights
-  (:func:`uniform_blocks`; the reference worlds of a federated run, 8 worlds × 16 nodes × 7 510
-  parameters: 1.5 ms against 3.4–4.7 ms for the gather and CSR kernels, one thread);
+  (:func:`uniform_blocks`; the reference worlds of a federated run), faster there than the
+  gather and CSR kernels;
 * dense — ``W @ x`` (dense graphs);
 * CSR — ``W_csr @ x``, one call (sparse graphs, narrow vectors such as linear models);
 * gather — each node's neighbours padded to ``d_max + 1`` slots (self first), and
   ``x⁺ = Σ_k w[:, k] ⊙ x[nbr[:, k]]`` as one ``torch.nn.functional.embedding_bag`` call (mode
   ``"sum"`` with per-sample weights: PyTorch's fused gather-and-weighted-sum kernel, which reads
   each neighbour row once and accumulates into an output row that stays in cache; sparse graphs,
-  wide vectors on CPU). With 100 nodes × 80 k parameters (a torus) on a 2-core CPU: 11 ms in
-  float32 against 17 ms for PyTorch's CSR product and 37 ms for a loop over the slots of
-  column-blocked gathers (the previous kernel); 29, 34 and 54 ms in float64. An
-  inductor-compiled gather over column blocks of 1 k or 4 k parameters, meant to keep every
-  neighbour row of a block in cache, was no faster (19–30 ms), so none is used.
+  wide vectors on CPU). With 100 nodes × 80 k parameters (a torus) it is faster than PyTorch's
+  CSR product and than a loop over the slots of column-blocked gathers (the previous kernel), in
+  float32 and float64. An inductor-compiled gather over column blocks of 1 k or 4 k parameters,
+  meant to keep every neighbour row of a block in cache, was no faster, so none is used.
 
   Column chunks: ``embedding_bag``'s CPU kernel is slow on rows this wide (each bag walks five
   318 KB rows and an output row that does not fit in L1). When the width ``P`` has a divisor
   ``b`` in ``chunk`` (default 256–16384 columns), ``x`` is viewed as ``[N·P/b, b]`` (a view, no
   copy) and every node's bag becomes ``P/b`` bags of ``b`` columns, ordered node-major so the
   output *is* ``[N, P]``. Each output element is the same weighted sum in the same slot order, so
-  the result is bitwise the full-row kernel's. The 100-node MLP (``P = 79 510``, ``b = 7 951``):
-  3.5–4.5 ms against 6.2–7.4 ms on 2 cores, 8.8 against 15.4 ms on one. Widths without such a
-  divisor (LeNet-5's 61 706, VGG's) keep whole rows.
+  the result is bitwise the full-row kernel's, in less time (the 100-node MLP, ``P = 79 510``,
+  ``b = 7 951``, on one and two threads). Widths without such a divisor (LeNet-5's 61 706,
+  VGG's) keep whole rows.
 """
 
 from __future__ import annotations

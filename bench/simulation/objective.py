@@ -12,7 +12,7 @@ of all nodes are evaluated with ``vmap`` over ``functional_call`` and one revers
 the sum with respect to row ``v`` is ``∇L_v(θ_v)``). Differentiating with respect to named
 leaves, not the flat vector, avoids one zero-filled ``[N, P]`` buffer per parameter tensor in
 the backward pass of the slicing; it is the same arithmetic as ``vmap(grad(L))`` with less
-transform overhead (``tests/test_equivalences.py`` checks it against per-node modules).
+transform overhead (``tests/simulation/test_equivalences.py`` checks it against per-node modules).
 
 Two interchangeable forward paths evaluate all nodes' losses:
 
@@ -20,8 +20,8 @@ Two interchangeable forward paths evaluate all nodes' losses:
 * ``"stacked"`` — for an ``nn.Sequential`` of ``Flatten``/``Linear``/elementwise activations,
   the batched matrix products that ``vmap`` would produce (``baddbmm`` over the node dimension),
   written directly. torch.func's per-operator dispatch costs several times the arithmetic of
-  small models (logistic regression on 60 nodes: ≈ 0.3 ms against ≈ 0.08 ms per gradient), so
-  ``"auto"`` uses this path whenever the architecture allows it. Both paths are tested to agree
+  small models (see performance/README.md), so ``"auto"`` uses this path whenever the
+  architecture allows it. Both paths are tested to agree
   in float64.
 """
 

@@ -21,7 +21,7 @@ pre-activations (sample ``j`` of node ``v`` influences only its own row). Then
 These are the formulas Opacus's ``GradSampleModule`` applies to ``nn.Linear``, batched over
 nodes; they are written here because Opacus wraps one module, not the per-node parameters of
 the stacked engine (``performance/dp.py`` times both). Tested equal to the ``vmap`` path in
-float64 (``tests/test_per_sample.py``).
+float64 (``tests/simulation/test_per_sample.py``).
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class _Step:
 
 @dataclass(frozen=True)
 class _Plan:
-    """A stackable model's layers, read once per model (not per round: on a 60-node logistic
-    regression the per-call walk over the module was ≈ 15 µs of a 0.2 ms round)."""
+    """A stackable model's layers, read once per model (not per round: for a small model the walk
+    over the module is a noticeable part of a round; see performance/README.md)."""
 
     steps: tuple[_Step, ...]
     #: every activation has a closed-form derivative (the hand-written backward applies)
@@ -125,9 +125,9 @@ def _errors(
     :data:`ACTIVATION_GRADIENTS`, the errors are backpropagated by hand: ``δ_L = m ⊙ ℓ'(out)``,
     ``δ ← δ ⊙ σ'(z)`` through an activation, ``δ ← δ W`` through a Linear layer (batched over
     nodes). Otherwise one autograd pass of ``Σ m ℓ`` with respect to the pre-activations gives
-    them. Same numbers (``tests/test_per_sample.py``); the hand-written pass exists because
-    autograd's engine costs more than the arithmetic of small models (≈ 0.13 ms of a 0.5 ms
-    FedSGD round of a 60-node logistic regression on one core)."""
+    them. Same numbers (``tests/simulation/test_per_sample.py``); the hand-written pass exists
+    because autograd's engine costs more than the arithmetic of small models (see
+    performance/README.md)."""
     plan = _plan(model)
     theta = theta.detach()
     n, b = x.shape[:2]
@@ -226,8 +226,8 @@ def stacked_node_grads(
     ``C ← α A B + β C``, α = −η) that reads ``θ``'s slot and writes the new one; each bias
     ``θ_b − η Σ_j δ_j / n_v``. Forming ``g`` and then ``θ − η g`` writes ``g`` (one ``[N, P]``
     pass) and reads it back with ``θ``. Same numbers up to the order of rounding
-    (``tests/test_per_sample.py``, float64); a node whose minibatch is fully masked has ``δ = 0``
-    and stays where it is.
+    (``tests/simulation/test_per_sample.py``, float64); a node whose minibatch is fully masked has
+    ``δ = 0`` and stays where it is.
 
     With ``in_place`` as well, the step overwrites ``θ`` (every read of ``θ``, the forward and
     the backpropagated errors, happens before the first write): ``baddbmm`` into another
@@ -275,15 +275,15 @@ def _one_thread_per_matrix(out: torch.Tensor, batch: int) -> Iterator[None]:
     A weight slot of the stacked state is not contiguous (its batch stride is the parameter
     count ``P``, not ``o·i``), so ATen's CPU ``bmm``/``baddbmm`` does not take MKL's batched GEMM
     for it but loops over the ``N`` matrices with one ``addmm_`` each, and every one of those
-    small GEMMs forks and joins all intra-op threads. For the 100-node 784-100-10 MLP (batch 8)
-    the in-place update took 3.0–4.5 ms on 2 threads against 2.0–2.2 ms on one; at 2·8·1024·600
-    flops per matrix (9.8 M) two threads win (1.8 against 3.3 ms), at 5 M one does. MKL's
+    small GEMMs forks and joins all intra-op threads, which costs more than it gains below
+    :data:`SERIAL_GEMM_FLOPS` per matrix (the update of the 100-node 784-100-10 MLP, batch 8, is
+    faster on one thread; see performance/README.md for where two threads win). MKL's
     multi-threaded small GEMM also rounds some elements differently from its one-thread kernel
     (by up to an ulp), so with this a run gives bitwise the numbers of a one-thread run (the
     leaderboard's jobs run on one thread each) whatever the thread count. Skipped on CUDA, on
     one thread, and for matrices of at least :data:`SERIAL_GEMM_FLOPS`.
 
-    ``torch.set_num_threads`` is process-wide: for the ~2 ms of the product, any other Python
+    ``torch.set_num_threads`` is process-wide: while the product runs, any other Python
     thread running torch ops in the same process also runs on one intra-op thread (it restores
     in a ``finally``). The engine runs one simulation per process, so nothing else is affected.
     """

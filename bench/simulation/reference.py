@@ -23,9 +23,9 @@ own dynamics (FedSGD's per-sample batch, PDMM's penalty), and a reference that i
 poor one would understate what the data allows.
 
 The training loop runs under a Lightning ``Trainer`` with manual optimization; one
-``training_step`` takes :data:`STEPS_PER_CALL` Adam steps (Lightning's per-step overhead,
-~36 ms here, would otherwise dominate a 300-step budget on a tiny model — the same reason the
-simulation runs several rounds per step).
+``training_step`` takes :data:`STEPS_PER_CALL` Adam steps (Lightning's per-step overhead, see
+performance/README.md, would otherwise dominate a 300-step budget on a tiny model — the same
+reason the simulation runs several rounds per step).
 """
 
 from __future__ import annotations

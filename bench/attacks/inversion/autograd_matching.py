@@ -4,9 +4,8 @@ fast path of :func:`~bench.attacks.inversion.matching.matching_fn`.
 The generic path ``vmap(grad_and_value(F))`` of :mod:`~bench.attacks.inversion.matching` runs
 ``torch.func``'s second-order transforms (a ``grad`` inside a ``grad``, both inside a ``vmap``)
 on every call. For the problems of one victim (a few restarts and label hypotheses, a model of
-10⁴–10⁵ parameters) that bookkeeping costs more than the arithmetic: on 2 CPU cores, one
-thread, the sigmoid LeNet of DLG (15.8k parameters, one 3×32×32 image) takes 9.6 ms a call
-for one problem against 5.7 ms for a plain ``torch.autograd`` evaluation of the same objective.
+10⁴–10⁵ parameters) that bookkeeping costs more than the arithmetic, and a plain
+``torch.autograd`` evaluation of the same objective is cheaper (see performance/README.md).
 
 Here the K problems' parameters ``θ [K, P]`` are a leaf of the ordinary autograd graph, the
 forward pass ``f_{θ_k}(x_k)`` is ``vmap``-ed over ``k`` (``torch.func`` lowers it to batched
@@ -17,10 +16,11 @@ operators, e.g. a grouped convolution, which record an ordinary graph), and then
     F_k = D(G_k, g_k) + λ_TV TV(x_k),    ∇_x Σ_k F_k = (∇_{x_k} F_k)_k
 
 by two calls of :func:`torch.autograd.grad` — the same objective and gradient as
-:func:`~bench.attacks.inversion.matching.problem_objective` (``tests/test_autograd_matching.py``
-checks the two to 1e-10 in float64), 1.2–1.5× faster per call for up to 8 problems of the LeNet
-and slower for many (see :data:`~bench.attacks.inversion.matching.AUTOGRAD_MAX_PROBLEMS`, where
-``matching_fn``'s ``auto`` switches). On a CPU the problems are evaluated in chunks of
+:func:`~bench.attacks.inversion.matching.problem_objective`
+(``tests/attacks/inversion/test_autograd_matching.py`` checks the two to 1e-10 in float64),
+faster per call for a few problems and slower for many (see
+:data:`~bench.attacks.inversion.matching.AUTOGRAD_MAX_PROBLEMS`, where ``matching_fn``'s ``auto``
+switches). On a CPU the problems are evaluated in chunks of
 :func:`~bench.attacks.inversion.chunking.problem_chunk` problems (a loop over chunks of
 problems, never over single problems), as the generic path.
 """

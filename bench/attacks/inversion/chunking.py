@@ -8,9 +8,9 @@ import torch
 
 #: on a CPU, problems are vmapped in chunks whose per-problem parameter gradients take about this
 #: many bytes: a vmap over all K problems at once materializes ``[K, P]`` tensors several times
-#: per evaluation and is memory-bound (measured on 2 cores: 200 problems of the MNIST-shaped MLP,
-#: 79.5k parameters — 256 ms unchunked, 87 ms in chunks of 32, 429 ms one by one; for the 7.5k
-#: digits MLP one chunk is fastest). On a GPU everything is one vmap.
+#: per evaluation and is memory-bound; chunks of tens of problems are faster than both one vmap
+#: and one problem at a time for the MNIST-shaped MLP (see performance/README.md). On a GPU
+#: everything is one vmap.
 CPU_CHUNK_BYTES = 8 << 20
 
 

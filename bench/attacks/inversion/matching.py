@@ -205,11 +205,9 @@ def matching_fn(
 
 
 #: ``auto`` evaluates calls of at most this many problems by the autograd fast path and larger
-#: ones by the vmapped second-order objective. Measured on 2 CPU cores, one thread, L2, ms per
-#: call (vmap / autograd): DLG's LeNet on 3×32×32 inputs 10.6 / 7.0 (K = 1), 20.9 / 17.0 (8),
-#: 30.1 / 33.8 (16), 151.7 / 194.1 (100); on 1×28×28 10.0 / 6.5, 17.9 / 15.4, 24.5 / 22.0,
-#: 99.2 / 120.8 — the fixed cost of the ``torch.func`` transforms dominates small calls, the
-#: grouped convolutions of the vmapped forward large ones.
+#: ones by the vmapped second-order objective: the fixed cost of the ``torch.func`` transforms
+#: dominates small calls, the grouped convolutions of the vmapped forward large ones (the
+#: crossover measured on DLG's LeNet: see performance/README.md).
 AUTOGRAD_MAX_PROBLEMS = 8
 
 

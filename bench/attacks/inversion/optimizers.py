@@ -9,8 +9,8 @@ optimizations at once:
 
 * **Adam / SGD** are elementwise (``m``, ``v``, bias corrections and the learning-rate schedule
   are per coordinate or global constants), so Adam on the stacked tensor *is* K Adam runs
-  (:func:`batched_adam`; ``tests/test_inversion.py`` checks it against K separate
-  ``torch.optim.Adam`` runs to 1e-10 in float64).
+  (:func:`batched_adam`; ``tests/attacks/inversion/test_inversion.py`` checks it against K
+  separate ``torch.optim.Adam`` runs to 1e-10 in float64).
 * **L-BFGS is not**: ``torch.optim.LBFGS`` on the stacked tensor would keep one history of
   curvature pairs ``(s, y)`` with inner products summed over all problems and one step size
   from one line search on ``Σ_k F_k``, coupling the problems. :func:`batched_lbfgs` therefore
@@ -142,10 +142,8 @@ def batched_lbfgs(
     ``α = 1``, halving up to ``max_backtracks`` times. Only the problems still searching are evaluated in a
     backtracking round, ``lookahead`` step sizes at once (``α, α/2, …``; the largest satisfying
     Armijo is taken, as one halving at a time would — fewer calls of ``fn``, whose fixed cost
-    dominates for small models, at the price of some evaluations; measured on 2 CPU cores, 200
-    problems, 50 iterations, Gram objective: digits MLP 0.62 s / 0.45 s / 0.34 s and
-    MNIST-shaped MLP 2.74 s / 1.87 s / 1.76 s for lookahead 1 / 2 / 4; with the vmapped
-    objective 2.6 / 1.3 / 1.3 s and 13.8 / 14.6 / 15.9 s). A problem stops when
+    dominates for small models, at the price of some evaluations; performance/README.md has
+    timings of ``lookahead`` 1, 2 and 4). A problem stops when
     ``‖g‖_∞ ≤ tolerance``; a failed line search clears its history (a scaled steepest-descent
     step follows) or, without history, stops it. A non-descent direction is replaced by the
     scaled steepest descent. As PyTorch's L-BFGS, a problem also stops when an accepted step

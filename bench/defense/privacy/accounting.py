@@ -86,8 +86,8 @@ def epsilon_spent(
 
     ``"prv"`` reports RDP's bound instead (both are upper bounds on the same ε), labelled
     ``"rdp"``, where RDP's ε exceeds :data:`PRV_MAX_EPSILON` — the PRV discretization then takes
-    from seconds to minutes (σ = 0.3 over 200 unsampled steps: 30 s) for a guarantee that is
-    void either way — or where its numerical domain gives no finite bound. No step and σ = 0
+    from seconds to minutes (see performance/README.md) for a guarantee that is void either
+    way — or where its numerical domain gives no finite bound. No step and σ = 0
     need no accountant (``"none"``)."""
     if relation not in RELATIONS:
         raise ValueError(f"unknown neighbouring relation {relation!r}; choose one of {RELATIONS}")

@@ -17,8 +17,8 @@ second receiver and read it: two colluding receivers would unmask an individual 
 (``tests/defenses/test_secure_aggregation.py`` runs that attack). With session keys the revealed
 ``s_u^SK`` opens nothing but the session it came from.
 
-Cost: ``m`` key generations and ``m(m−1)/2`` agreements per session of ``m`` users (~0.1 ms
-each); ``performance/secagg.py`` measures it.
+Cost: ``m`` key generations and ``m(m−1)/2`` agreements per session of ``m`` users;
+``performance/secagg.py`` measures it (see performance/README.md).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ shares give ``s = f(0) = Σ_j f(x_j) λ_j`` with the Lagrange coefficients
 the sharing of Bonawitz et al., CCS 2017, §4, "SS.share" / "SS.recon").
 
 The field is ``GF(p)``, ``p = 2^31 − 1`` (a Mersenne prime), so products of two elements fit in
-``int64`` and everything runs as array operations (numpy: its integer
-remainder is ~10× faster than torch's on a CPU): secrets ``[S, L]`` of ``L`` field elements
+``int64`` and everything runs as array operations (numpy, whose integer remainder is faster
+than torch's on a CPU; see performance/README.md): secrets ``[S, L]`` of ``L`` field elements
 each, shares ``[S, n, L]``, one Horner step per coefficient and one Lagrange sum — loops over the
 polynomial degree only, never over secrets, holders or bytes. A byte string is split into
 16-bit chunks (each below ``p``), each chunk shared with its own independent polynomial; since
