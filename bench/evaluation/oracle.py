@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.func import grad, vmap
 
 from bench.attacks.inversion.matching import gradient_distance
 from bench.attacks.membership.reference_worlds import ReferenceWorldError, kept_worlds
@@ -62,6 +61,7 @@ from bench.data.stacked import derive_seed
 from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.defense.plugin import build_defense
 from bench.evaluation import isolation, sandbox
+from bench.evaluation.oracle_autodiff import input_gradients, pullback, round_groups
 from bench.protocols import Protocol
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import Simulation
@@ -73,6 +73,14 @@ from bench.spec.schema import TaskSpec
 #: noise of scale σ leaves σ/√M of it in the objective (σ√(1 + 1/M) between the matched and the
 #: observed message), so M = 2 is within 10 % of M = 4 at half the cost per query
 EOT_DRAWS = 2
+
+#: the probe scales, times the RMS of each problem's observed gradient, at which ``D`` must act
+#: as the batch mean plus an input-independent term for :meth:`DefenseOracle.additive_offsets`
+#: (below, at and far above the observed scale: a clipping or a rounding shows at one of them)
+ADDITIVE_PROBE_SCALES = (1e-2, 1.0, 1e2)
+#: the probes' tolerance, in units of the dtype's machine epsilon times the largest magnitude
+#: involved (the rounding of ``(G + c) − c``)
+ADDITIVE_TOLERANCE_EPS = 64
 
 #: problem sets (``θ``, ``g`` of one attack's problems) an oracle keeps; the least recently used goes first
 PROBLEM_SETS = 16
@@ -194,6 +202,11 @@ class DefenseOracle:
                 q["x"], q["y"], str(q["loss"]), theta, target, str(q["objective"]), *where
             )
             return {"values": values, "grads": grads}
+        if op == "offsets":
+            theta, target = self.problem_set(q)
+            where = q["nodes"], q["rounds"], int(q["receiver"])
+            offsets = self.additive_offsets(theta, target, *where, int(q["batch"]))
+            return {"additive": False} if offsets is None else {"additive": True, "offsets": offsets}
         if op == "reference_worlds":
             return {"worlds": self.reference_worlds(q)}
         raise OracleError(f"unknown oracle query {op!r}")
@@ -281,7 +294,7 @@ class DefenseOracle:
             if isinstance(exc, NotImplementedError) or not torch.is_grad_enabled():
                 raise
             # an operation autograd cannot record (an ``out=`` argument, an in-place write to a
-            # leaf): the forward without a graph, and BPDA for the backward (:func:`_pullback`)
+            # leaf): the forward without a graph, and BPDA for the backward (``pullback``)
             with torch.no_grad():
                 out = self._pipeline(_as_bound(instance), theta, grads, ctx, receiver)
         if not isinstance(out, torch.Tensor) or not out.is_floating_point():
@@ -323,8 +336,62 @@ class DefenseOracle:
                 dist = gradient_distance(mean, target[idx], objective)
                 (u,) = torch.autograd.grad(dist.sum(), mean)
             values[idx] = dist.detach()
-            out[idx] = sum(_pullback(gs, ys, u / len(ys)))
+            out[idx] = sum(pullback(gs, ys, u / len(ys)))
         return values, out
+
+    def additive_offsets(
+        self,
+        theta: torch.Tensor,
+        target: torch.Tensor,
+        nodes: torch.Tensor,
+        rounds: torch.Tensor,
+        receiver: int,
+        batch: int,
+    ) -> torch.Tensor | None:
+        """``c̄ [K, P]`` when every draw ``m`` of ``D`` is, on each problem ``k``, the batch mean
+        plus a term that does not depend on the gradients — ``D_m(G) = mean_b G_b + c_m`` with
+        ``c_m = D_m(0)`` — else ``None``; ``c̄ = mean_m c_m``, the term :meth:`evaluate`'s EOT
+        average adds. Then ``dist(mean_m D_m(G), g) = dist(mean_b G + c̄, g)`` for every ``G``:
+        one query answers ``c̄`` for all of an attack's problems, and the attack evaluates the
+        same objective itself, with no query per evaluation (:mod:`~bench.attacks.inversion.
+        oracle_transform`); ``c_m`` is fixed per problem, as each query's draws are.
+
+        Checked, not assumed: on the problems' own ``θ``, nodes and rounds, ``D_m(G) − D_m(0)``
+        must equal ``mean_b G`` to :data:`ADDITIVE_TOLERANCE_EPS` machine epsilons of the largest
+        magnitude involved, for random ``G [K, batch, P]`` at each of
+        :data:`ADDITIVE_PROBE_SCALES` times the RMS of the problem's observed ``g`` (a clipping,
+        a rounding, a sparsification or a rotation fails at one of them). Additive message
+        noise passes; so does a fixed public shift of every message, which ``c̄`` then carries
+        into the objective. Update queries (FedAvg) are not covered (``None``)."""
+        if not self.protocol.has_observed_gradient():
+            return None
+        if self.random is None:
+            self.info(receiver)
+        dtype = self._info.dtype
+        theta, target = theta.to(dtype), target.to(dtype)
+        nodes, rounds = nodes.long(), rounds.long()
+        k, p = target.shape
+        rms = target.pow(2).mean(1).sqrt().clamp_min(torch.finfo(dtype).tiny)
+        gen = torch.Generator().manual_seed(0)
+        tol = ADDITIVE_TOLERANCE_EPS * torch.finfo(dtype).eps
+        out = torch.zeros(k, p, dtype=dtype)
+        with torch.no_grad():
+            for idx in round_groups(rounds):
+                ctx = RoundContext(int(rounds[idx][0]), 0, nodes[idx])
+                th = theta[idx]
+                zero = th.new_zeros(th.shape[0], batch, p)
+                base = [self._call(m, th, zero, ctx, receiver) for m in range(self.draws)]
+                for scale in ADDITIVE_PROBE_SCALES:
+                    g = torch.randn(th.shape[0], batch, p, generator=gen, dtype=torch.float64).to(dtype)
+                    g = g * (scale * rms[idx]).view(-1, 1, 1)
+                    mean = g.mean(1)
+                    for m, c in enumerate(base):
+                        err = (self._call(m, th, g, ctx, receiver) - c - mean).abs().amax()
+                        size = torch.maximum(mean.abs().amax(), c.abs().amax())
+                        if not bool(err <= tol * size):  # NaN fails too
+                            return None
+                out[idx] = torch.stack(base).mean(0)
+        return out
 
     def evaluate_inputs(
         self,
@@ -359,58 +426,8 @@ class DefenseOracle:
         return values, dx
 
 
-def input_gradients(
-    model: Any, loss_fn: Any, x: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, per_sample: bool
-) -> torch.Tensor:
-    """``G`` of an input query, differentiable wrt ``x``: per-sample gradients ``[K, B, P]``
-    (``torch.func.grad`` vmapped over problems and samples) or, without ``per_sample``, the
-    gradient of each problem's mean loss ``[K, 1, P]`` (the forward vmapped over problems, one
-    ``autograd.grad`` with ``create_graph``; row ``k`` depends on ``θ_k`` alone)."""
-    if per_sample:
-
-        def sample_loss(th: torch.Tensor, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-            return loss_fn(model.forward(th, xb.unsqueeze(0)), yb.unsqueeze(0)).sum()
-
-        return vmap(vmap(grad(sample_loss), in_dims=(None, 0, 0)))(theta.detach(), x, y)
-    th = theta.detach().clone().requires_grad_(True)
-    out = vmap(model.forward)(th, x)
-    losses = loss_fn(out.flatten(0, 1), y.flatten(0, 1)).reshape(x.shape[0], -1)
-    (g,) = torch.autograd.grad(losses.mean(1).sum(), th, create_graph=True)
-    return g.unsqueeze(1)
-
-
 def _as_bound(instance: DefenseHooks) -> DefenseHooks:
     """A deep copy of the instance as bound (no query leaves state in it); the frozen run facts
     it was bound with are shared, not copied."""
     run = getattr(instance, "run", None)
     return copy.deepcopy(instance, {} if run is None else {id(run): run})
-
-
-def _pullback(gs: list[torch.Tensor], ys: list[torch.Tensor], u: torch.Tensor) -> list[torch.Tensor]:
-    """``J_D(g_m)ᵀ u`` for each draw ``m`` by autograd (one backward pass for all draws), with
-    the batch mean's ``u / B`` (BPDA) for rows where it is zero while ``u`` is not, or
-    everywhere when ``D`` left the graph."""
-    surrogate = u.unsqueeze(1).expand_as(gs[0]) / gs[0].shape[1]
-    live = [m for m, y in enumerate(ys) if y.requires_grad]
-    found: dict[int, torch.Tensor | None] = {}
-    if live:
-        grads = torch.autograd.grad(
-            [ys[m] for m in live], [gs[m] for m in live], [u] * len(live), allow_unused=True
-        )
-        found = dict(zip(live, grads, strict=True))
-    out = []
-    for m in range(len(gs)):
-        vj = found.get(m)
-        if vj is None:
-            out.append(surrogate)
-            continue
-        dead = (vj.flatten(1).abs().sum(1) == 0) & (u.abs().sum(1) > 0)
-        out.append(torch.where(dead.view(-1, *([1] * (vj.dim() - 1))), surrogate, vj).detach())
-    return out
-
-
-def round_groups(rounds: torch.Tensor) -> list[Any]:
-    """The problems of each round (one hook call each): ``slice(None)`` when all share one."""
-    if len(rounds) == 0 or bool((rounds == rounds[0]).all()):
-        return [slice(None)]
-    return [torch.nonzero(rounds == t).flatten() for t in torch.unique(rounds).tolist()]

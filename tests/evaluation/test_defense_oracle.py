@@ -10,6 +10,8 @@ the server undoes) is broken by the generic variant while the standard attack fa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -19,6 +21,7 @@ from bench.core.wire import blob
 from bench.defense.rowwise import clip_rows
 from bench.evaluation import oracle
 from bench.evaluation.adaptive import ORACLE_SUFFIX, with_adaptive
+from bench.evaluation.oracle_autodiff import round_groups
 from bench.evaluation.planning import build_attacks
 from bench.protocols import PROTOCOLS
 from bench.spec.schema import parse_task
@@ -62,7 +65,9 @@ class Rotation(Defense):
 """
 
 
-def _task(defense: str, params: dict, source: bytes, dtype: str = "float64") -> oracle.DefenseOracle:
+def _task(
+    defense: str, params: dict, source: bytes, dtype: str = "float64", root: Path = REPO
+) -> oracle.DefenseOracle:
     spec = tiny_task([{"name": "dlg", "params": {"rounds": [0]}}])
     spec["simulation"]["dtype"] = dtype
     task = parse_task(spec, "tiny")
@@ -70,7 +75,7 @@ def _task(defense: str, params: dict, source: bytes, dtype: str = "float64") -> 
         {
             "task": task.model_dump_json(),
             "seed": 7,
-            "defense": {"name": defense, "params": params, "source": blob(source), "root": str(REPO)},
+            "defense": {"name": defense, "params": params, "source": blob(source), "root": str(root)},
         }
     )
     return oracle._ORACLE[0]
@@ -160,8 +165,8 @@ def test_a_nodes_several_problems_share_one_call_as_if_each_were_alone():
         alone = o.handle({**q, **{f: q[f][k : k + 1] for f in fields}})
         torch.testing.assert_close(together["values"][k : k + 1], alone["values"], rtol=1e-12, atol=0)
         torch.testing.assert_close(together["grads"][k : k + 1], alone["grads"], rtol=1e-12, atol=0)
-    assert len(oracle.round_groups(q["rounds"])) == 2
-    assert oracle.round_groups(torch.zeros(4, dtype=torch.long)) == [slice(None)]
+    assert len(round_groups(q["rounds"])) == 2
+    assert round_groups(torch.zeros(4, dtype=torch.long)) == [slice(None)]
 
 
 @pytest.mark.parametrize(
@@ -207,6 +212,119 @@ def test_an_input_query_answers_what_the_gradient_query_does(defense, params):
     torch.testing.assert_close(v_in, v_g, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(g_in, g_g, rtol=1e-10, atol=1e-12)
     assert g_in.abs().sum() > 0
+
+
+#: a fixed public vector added to every upload: additive, deterministic
+SHIFT = """
+import torch
+from bench.defense.plugin import DEFENSES, Defense
+
+
+@DEFENSES.register("public_shift", "adds one public vector to every upload")
+class PublicShift(Defense):
+    protocols = ("fedsgd",)
+
+    def bind(self, run):
+        super().bind(run)
+        self.shift = torch.linspace(-1.0, 1.0, run.n_params, dtype=run.dtype)
+
+    def outgoing(self, msgs, ctx):
+        return msgs.with_payload(msgs.payload + self.shift)
+"""
+
+
+#: the plugins of these tests that are not committed defenses
+PLUGINS = {"public_shift": SHIFT, "rotation": ROTATION}
+
+
+def _oracle_of(defense: str, params: dict, tmp_path: Path) -> oracle.DefenseOracle:
+    """The oracle of ``defense`` (a committed plugin, or one of :data:`PLUGINS` in a root of its own)."""
+    if defense not in PLUGINS:
+        return _task(defense, params, (REPO / "defenses" / f"{defense}.py").read_bytes())
+    root = make_root(
+        tmp_path, tiny_task([{"name": "dlg", "params": {"rounds": [0]}}]), {defense: PLUGINS[defense]}
+    )
+    return _task(defense, params, PLUGINS[defense].encode(), root=root)
+
+
+@pytest.mark.parametrize("objective", ["l2", "cosine"])
+@pytest.mark.parametrize(("defense", "params"), [("gaussian_noise", {"sigma": 1.0}), ("public_shift", {})])
+def test_an_additive_defense_is_answered_by_its_offsets(defense, params, objective, tmp_path):
+    """``D_m(G) = mean_b G + c_m``: one ``offsets`` query answers ``c̄ = mean_m c_m`` and the
+    oracle's own objective is ``dist(mean_b G + c̄, g)`` for every ``G`` (float64, 1e-12)."""
+    o = _oracle_of(defense, params, tmp_path)
+    q = _query(o, 4, 2, objective)
+    got = o.handle({**q, "op": "offsets", "batch": 2})
+    assert got["additive"] is True and got["offsets"].shape == q["target"].shape
+    for seed in (0, 1):  # other gradients, the same problems
+        other = {**q, "grads": _query(o, 4, 2, objective, seed=seed + 10)["grads"]}
+        want = gradient_distance(other["grads"].mean(1) + got["offsets"], q["target"], objective)
+        torch.testing.assert_close(o.handle(other)["values"], want, rtol=1e-12, atol=1e-12)
+    if defense == "public_shift":
+        shift = torch.linspace(-1.0, 1.0, o._info.n_params, dtype=torch.float64)
+        torch.testing.assert_close(got["offsets"], shift.expand(4, -1), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("defense", "params"),
+    [
+        ("gradient_clipping", {"max_norm": 0.5}),
+        ("gradient_clipping", {"max_norm": 0.5, "per_sample": True}),
+        ("quantization", {"delta": 0.01}),
+        ("top_k", {"fraction": 0.3}),
+        ("dp_sgd", {"clip_norm": 1.0, "noise_multiplier": 0.5}),
+        ("rotation", {}),
+    ],
+)
+def test_a_defense_that_is_not_additive_gets_no_shortcut(defense, params, tmp_path):
+    """A clipping, a rounding, a sparsification, DP-SGD's per-sample clipping under its noise, a
+    rotation: each fails the probes at one scale, and the attack keeps querying ``D``."""
+    o = _oracle_of(defense, params, tmp_path)
+    q = _query(o, 4, 2)
+    assert o.handle({**q, "op": "offsets", "batch": 2}) == {"additive": False}
+
+
+@pytest.mark.parametrize("objective", ["cosine", "l2"])
+def test_the_attack_evaluates_an_additive_defense_itself_with_the_same_objective(objective):
+    """Through :func:`matching_fn`, a generic variant against additive noise asks one ``offsets``
+    query and then evaluates ``dist(∇_θ L + c̄, g)`` itself: the objective and ``∂F/∂x̂`` the
+    oracle answers per query, to 1e-10 in float64, at every point."""
+    from bench.attacks.inversion.matching import matching_fn
+    from bench.attacks.inversion.oracle_transform import DefenseTransform
+    from bench.attacks.oracle import OracleClient
+    from bench.simulation.objective import LOSSES
+
+    o = _task("gaussian_noise", {"sigma": 0.5}, (REPO / "defenses" / "gaussian_noise.py").read_bytes())
+    ops: list[str] = []
+
+    def ask(q: dict) -> dict:
+        ops.append(q["op"])
+        return o.handle(q)
+
+    gen = torch.Generator().manual_seed(5)
+    k, b, p = 4, 2, o._info.n_params
+    y = torch.randint(0, 2, (k, b), generator=gen).to(torch.float64)
+    theta = 0.5 * torch.randn(k, p, generator=gen, dtype=torch.float64)
+    target = torch.randn(k, p, generator=gen, dtype=torch.float64)
+    nodes, rounds = torch.arange(k) % 4, torch.zeros(k, dtype=torch.long)
+    loss_fn = LOSSES.get(o.sim.loss_name, field="loss")
+    fns = {}
+    for mode in ("shortcut", "queried"):
+        transform = DefenseTransform(
+            OracleClient(ask, receiver=-1), nodes, rounds, objective, o.sim.loss_name
+        )
+        if mode == "queried":
+            transform.additive_offsets = lambda *a: None  # type: ignore[method-assign]
+        fns[mode] = matching_fn(o.sim.flat, loss_fn, y, theta, target, objective, 1e-3, transform=transform)
+    assert ops == ["offsets"]  # the shortcut's one query; the other asked nothing yet
+    for seed in range(3):
+        x = torch.randn(k, b, p - 1, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        (v_s, g_s), (v_q, g_q) = fns["shortcut"](x), fns["queried"](x)
+        torch.testing.assert_close(v_s, v_q, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(g_s, g_q, rtol=1e-10, atol=1e-12)
+        idx = torch.tensor([2, 0])  # a subset of the problems, as L-BFGS's line search asks
+        torch.testing.assert_close(fns["shortcut"](x[idx], idx)[0], v_s[idx], rtol=1e-12, atol=0)
+    assert ops == ["offsets"] + ["evaluate_inputs"] * 3
 
 
 def test_a_problem_set_is_sent_once_and_named_after():

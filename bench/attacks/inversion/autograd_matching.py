@@ -43,7 +43,9 @@ class AutogradMatching:
     target)``: ``x [K', B, ...], idx -> (values [K'], grads [K', B, ...])``.
 
     ``kept_only``: match only where the observed gradient is non-zero, as
-    :func:`~bench.attacks.inversion.matching.problem_objective`.
+    :func:`~bench.attacks.inversion.matching.problem_objective`. ``offsets [K, P]``: a term added
+    to each problem's gradient before the distance, ``dist(∇_θ L_k + c_k, g_k)`` (a defense that
+    adds a gradient-independent term: :func:`~bench.attacks.inversion.matching.matching_fn`).
     """
 
     def __init__(
@@ -57,9 +59,10 @@ class AutogradMatching:
         tv_weight: float = 0.0,
         kept_only: bool = False,
         transform: DefenseTransform | None = None,
+        offsets: torch.Tensor | None = None,
     ) -> None:
         self.model, self.loss_fn = model, loss_fn
-        self.transform = transform
+        self.transform, self.offsets = transform, offsets
         self.y, self.theta, self.target = y, theta, target
         self.objective, self.tv_weight, self.kept_only = objective, float(tv_weight), bool(kept_only)
         self.chunk = problem_chunk(target.shape[-1], target)
@@ -68,13 +71,16 @@ class AutogradMatching:
         y, theta, target = (self.y, self.theta, self.target) if idx is None else (
             self.y[idx], self.theta[idx], self.target[idx]
         )  # fmt: skip
+        offsets = self.offsets if self.offsets is None or idx is None else self.offsets[idx]
         k = x.shape[0]
         step = k if self.chunk is None else self.chunk
         values, grads = [], []
         for lo in range(0, k, step):
             sl = slice(lo, min(k, lo + step))
             rows = None if self.transform is None else _rows(idx, sl, x.shape[0])
-            v, g = self._evaluate(x[sl], y[sl], theta[sl], target[sl], rows)
+            v, g = self._evaluate(
+                x[sl], y[sl], theta[sl], target[sl], rows, None if offsets is None else offsets[sl]
+            )
             values.append(v)
             grads.append(g)
         if len(values) == 1:
@@ -88,6 +94,7 @@ class AutogradMatching:
         theta: torch.Tensor,
         target: torch.Tensor,
         rows: torch.Tensor | None = None,
+        offsets: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.enable_grad():
             xl = x.detach().requires_grad_(True)
@@ -104,6 +111,8 @@ class AutogradMatching:
                 if self.transform is not None:  # one sample, or a defense that reads the mean only
                     values = self.transform(g.unsqueeze(1), theta, target, rows)
                 else:
+                    if offsets is not None:
+                        g = g + offsets
                     if self.kept_only:
                         g = torch.where(target != 0, g, torch.zeros_like(g))
                     values = gradient_distance(g, target, self.objective)  # per row

@@ -187,10 +187,20 @@ def matching_fn(
     ``transform``: the defense's send pipeline ``D`` from the defense oracle
     (:mod:`~bench.attacks.inversion.oracle_transform`); the objective then matches
     ``D(∇_θ L)`` and is evaluated by the autograd path whatever ``method`` says (every call
-    is a round trip to the oracle, so chunks stay those of one call).
+    is a round trip to the oracle, so chunks stay those of one call) — or, where the oracle
+    finds ``D`` to be the batch mean plus a term ``c̄`` independent of the gradients
+    (:meth:`~bench.attacks.inversion.oracle_transform.DefenseTransform.additive_offsets`), here
+    with no query per evaluation, the same objective: ``‖∇_θ L + c̄ − g‖² = ‖∇_θ L − (g − c̄)‖²``
+    by ``method`` against the target ``g − c̄`` for L2, ``dist(∇_θ L + c̄, g)`` by the autograd
+    path for the other distances (cosine is not translation invariant).
     """
     require_choice(method, MATCHING_METHODS, "matching method")
     if transform is not None:
+        offsets = transform.additive_offsets(theta, target, int(y.shape[1]))
+        if offsets is not None and objective == "l2":
+            return matching_fn(model, loss_fn, y, theta, target - offsets, objective, tv_weight, method)
+        if offsets is not None:
+            return AutogradMatching(model, loss_fn, y, theta, target, objective, tv_weight, offsets=offsets)
         return AutogradMatching(model, loss_fn, y, theta, target, objective, tv_weight, transform=transform)
     if not kept_only and (method == "gram" or (method == "auto" and gram_applicable(model))):
         return GramMatching(model, loss_fn, y, theta, target, objective, tv_weight)

@@ -25,6 +25,12 @@ and one query answers one evaluation of the objective, in one of two forms:
   unrolled local updates, a loss given as a function): the query carries ``G`` and the answer
   ``∂F/∂G``; the chain rule from ``G`` to ``x̂`` runs here, by autograd.
 
+Where the oracle finds ``D`` to be the undefended batch mean plus a term independent of the
+gradients (additive message noise, a public shift), one query answers that term per problem
+(:meth:`DefenseTransform.additive_offsets`) and the attack evaluates the same objective itself,
+``dist(mean_b G + c̄, g)``, with no query per evaluation
+(:func:`~bench.attacks.inversion.matching.matching_fn`).
+
 Either way the forward is the oracle's ``dist(D(G), g)`` (``D`` an average over draws where it
 is random: EOT) and the backward the gradient the oracle sent with it (a vector–Jacobian product
 through ``D``; BPDA with the identity where ``D`` has no useful derivative; Athalye, Carlini &
@@ -95,6 +101,21 @@ class DefenseTransform:
             if UNKNOWN_PROBLEMS not in str(exc):
                 raise
             return self.client.query({**q, **self.problem_fields(theta, target, resend=True)})
+
+    def additive_offsets(self, theta: torch.Tensor, target: torch.Tensor, batch: int) -> torch.Tensor | None:
+        """``c̄ [K, P]`` when the oracle finds every draw of ``D`` to be, on each of the K
+        problems ``(θ, g)``, the mean of the batch's ``batch`` per-sample gradients plus a term
+        independent of them (:meth:`bench.evaluation.oracle.DefenseOracle.additive_offsets`),
+        else ``None``: then ``dist(D(G), g) = dist(mean_b G + c̄, g)`` for every ``G``."""
+        answer = self.ask(
+            {"op": "offsets", "nodes": self.nodes, "rounds": self.rounds, "batch": int(batch)}, theta, target
+        )
+        if not answer.get("additive"):
+            return None
+        offsets = answer.get("offsets")
+        if not isinstance(offsets, torch.Tensor) or offsets.shape != target.shape:
+            raise OracleUnavailable("the defense oracle answered with malformed offsets")
+        return offsets.to(target)
 
     def of_inputs(
         self,
