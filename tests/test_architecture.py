@@ -9,19 +9,11 @@ from pathlib import Path
 
 import networkx as nx
 
-from bench.results.code_digest import imported_modules
+from bench.results.code_digest import imported_modules, module_name
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "bench"
 MAX_LINES = 450
-
-
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(REPO).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
 
 
 def test_no_import_cycle_between_bench_modules():
@@ -36,7 +28,7 @@ def test_no_import_cycle_between_bench_modules():
     which is no file). A module importing a package that contains it is no edge: the package
     is initialized before any of its modules anyway.
     """
-    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = nx.DiGraph()
     for name, path in files.items():
         graph.add_node(name)

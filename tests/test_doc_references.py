@@ -4,31 +4,23 @@ of ``tests/`` — so that moving a test file cannot leave a docstring pointing a
 
 from __future__ import annotations
 
-import os
 import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 #: a path that starts at ``tests/`` (not inside a longer path) and names a Python file
 TEST_PATH = re.compile(r"(?<![\w./-])tests/[\w./-]*?\.py\b")
-#: folders that hold no documentation of this repository (environments, caches, build and run
-#: outputs, the committed leaderboard entries)
-SKIPPED = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".ruff_cache", "node_modules"}
-SKIPPED_PATHS = {"leaderboard/entries", "leaderboard/site", "runs", "out", "build", "dist", "test-artifacts"}
 
 
 def documents() -> list[Path]:
-    """The ``.py`` files under ``bench/`` and the ``.md`` files of the repository."""
-    found = sorted((REPO / "bench").rglob("*.py"))
-    for folder, dirs, files in os.walk(REPO):
-        rel = Path(folder).relative_to(REPO)
-        dirs[:] = [
-            d
-            for d in dirs
-            if d not in SKIPPED and not d.endswith(".egg-info") and (rel / d).as_posix() not in SKIPPED_PATHS
-        ]
-        found += [Path(folder) / f for f in files if f.endswith(".md")]
-    return found
+    """The ``.py`` files under ``bench/`` and the repository's ``.md`` files: those git tracks, or
+    would (untracked but not ignored), so environments, caches and run outputs never count."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", "*.md"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    return sorted((REPO / "bench").rglob("*.py")) + [REPO / name for name in listed]
 
 
 def quoted_paths(text: str) -> list[str]:

@@ -124,8 +124,11 @@ def _is_attack(module: str) -> bool:
     return module == ATTACKS or module.startswith(ATTACKS + ".")
 
 
-def _module_name(rel: str) -> str:
-    return "bench." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+def module_name(path: Path) -> str:
+    """The dotted name of the ``bench`` module in file ``path`` (a package's ``__init__.py``
+    names the package); the inverse of :func:`module_file`."""
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def engine_modules() -> dict[str, Path]:
@@ -140,9 +143,9 @@ def engine_modules() -> dict[str, Path]:
         if rel.startswith("attacks/") or any(rel == p or rel.startswith(p + "/") for p in PRESENTATION):
             continue
         out[rel] = path
-        for imported in imported_modules(_module_name(rel), path):
+        for imported in imported_modules(module_name(path), path):
             if _is_attack(imported):
-                for _, file in attack_modules(imported).items():
+                for file in attack_modules(imported).values():
                     out[file.relative_to(PACKAGE_DIR).as_posix()] = file
     return out
 
