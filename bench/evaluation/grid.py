@@ -22,7 +22,7 @@ from typing import Any
 from bench.core.errors import BenchInputError
 from bench.core.wire import blob
 from bench.defense.plugin import defense_path, source_digest
-from bench.evaluation import isolation
+from bench.evaluation import isolation, sandbox
 from bench.evaluation.job import Job, run_job
 from bench.evaluation.planning import protocol_key
 from bench.evaluation.probe import DefensePlan, describe_defense
@@ -162,6 +162,23 @@ class Progress:
             self.bar.close()
 
 
+#: private memory an idle worker holds, about (measured on the quick suite: 200 MB)
+WORKER_MEMORY = 256 * 2**20
+
+
+def idle_workers(parallel: int) -> int:
+    """Idle workers a sweep keeps: enough for a simulation, an audit and an oracle worker per
+    defense plugin and an attack worker per threat model of a suite (24 per parallel job), as
+    far as half the memory free now allows (at least 8 per parallel job). A worker that is not
+    kept is started again for the next job of its key."""
+    parallel = max(1, parallel)
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no such figure on this system
+        return 8 * parallel
+    return max(8 * parallel, min(24 * parallel, free // (2 * WORKER_MEMORY)))
+
+
 def run_grid(
     jobs: list[Job],
     store: Any,
@@ -187,8 +204,7 @@ def run_grid(
     threads = threads or max(1, (os.cpu_count() or 1) // max(1, parallel))
     seeds = len({j.spec.seed for j in jobs}) or 1
     cache = RunDataCache(size=min(seeds, 4) * max(1, parallel))
-    # a simulation worker per defense plugin and an attack worker per threat model, per thread
-    pool = isolation.WorkerPool(max_idle=8 * max(1, parallel))
+    pool = isolation.WorkerPool(max_idle=idle_workers(parallel))
     bar = Progress(len(pending), progress)
 
     def one(job: Job) -> JobResult:
@@ -200,6 +216,7 @@ def run_grid(
         return keeper.hold(result)
 
     if pending and ray is None:
+        sandbox.sweep_scratch()  # left by earlier sweeps' processes that ended unseen
         isolation.warm_up()
     stored = 0
 

@@ -307,7 +307,7 @@ class Worker:
     def request_raw(self, target: Callable[[Any], Any], data: bytes, label: str) -> bytes:
         """Send one request already encoded (:mod:`bench.core.wire`) and return its answer still
         encoded (``{"ok": …}``, ``{"failed": …}`` or an input error): a relay of bytes between two
-        children (:class:`bench.evaluation.oracle.OracleRelay`)."""
+        children (:class:`bench.evaluation.oracle_relay.OracleRelay`)."""
         try:
             self.conn.send_bytes(pickle.dumps((_qualname(target), data)))
             answer = self.conn.recv_bytes()
@@ -359,15 +359,13 @@ class WorkerPool:
         ``relay`` answers its queries, :func:`query`)."""
         if self._closed:
             raise ChildFailed("the sweep was stopped")
-        worker = self._take((key, threads))
-        if worker is None:
-            worker = Worker(threads)
+        worker = self.take(key, threads) or Worker(threads)
         with self._lock:
             self._busy.add(worker)
         try:
             result = worker.request(target, request, label, relay)
         except BenchInputError:
-            self._give((key, threads), worker)
+            self.give(key, threads, worker)
             raise
         except ChildFailed:  # a worker that failed is not reused
             worker.close()
@@ -378,10 +376,12 @@ class WorkerPool:
         finally:
             with self._lock:
                 self._busy.discard(worker)
-        self._give((key, threads), worker)
+        self.give(key, threads, worker)
         return result
 
-    def _take(self, key: Hashable) -> Worker | None:
+    def take(self, key: Hashable, threads: int) -> Worker | None:
+        """An idle worker of ``key`` with ``threads`` threads, now the caller's (``None``: none)."""
+        key = (key, threads)
         with self._lock:
             found = next((i for i, (k, _) in self._idle.items() if k == key), None)
             if found is None:
@@ -392,11 +392,16 @@ class WorkerPool:
         worker.close()
         return None
 
-    def _give(self, key: Hashable, worker: Worker) -> None:
+    def give(self, key: Hashable, threads: int, worker: Worker) -> None:
+        """Keep ``worker`` (idle, of ``key`` and ``threads``) for a later request of that key."""
+        key = (key, threads)
         evicted = []
         with self._lock:
-            self._ids += 1
-            self._idle[self._ids] = (key, worker)
+            if self._closed:  # the sweep was stopped: nothing is kept
+                evicted.append(worker)
+            else:
+                self._ids += 1
+                self._idle[self._ids] = (key, worker)
             while len(self._idle) > self.max_idle:
                 evicted.append(self._idle.popitem(last=False)[1][1])
         for w in evicted:

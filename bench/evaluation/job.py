@@ -36,7 +36,8 @@ from bench.evaluation import isolation
 from bench.evaluation.adaptive import PlannedAttack, attack_indices, shared_population, with_adaptive
 from bench.evaluation.attack_worker import attack as attack_entry
 from bench.evaluation.audit import audit
-from bench.evaluation.oracle import OracleRelay, oracle_seed
+from bench.evaluation.oracle import oracle_seed
+from bench.evaluation.oracle_relay import OracleRelay
 from bench.evaluation.planning import build_attacks, protocol_key, record_plan
 from bench.evaluation.probe import DefensePlan
 from bench.evaluation.sim_worker import simulate
@@ -212,6 +213,8 @@ def run_job(
         relay = OracleRelay(
             {"task": task.model_dump_json(), "seed": oracle_seed(spec.seed), "defense": defense_request},
             1,
+            pool,
+            (spec.defense.name, job.plan.digest),
         )
         try:
             for threat, lst in attacks.items():

@@ -62,6 +62,7 @@ from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.defense.plugin import build_defense
 from bench.evaluation import isolation, sandbox
 from bench.evaluation.oracle_autodiff import input_gradients, pullback, round_groups
+from bench.evaluation.oracle_noise import Draw, noise_terms, zero_draw
 from bench.protocols import Protocol
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import Simulation
@@ -74,18 +75,13 @@ from bench.spec.schema import TaskSpec
 #: observed message), so M = 2 is within 10 % of M = 4 at half the cost per query
 EOT_DRAWS = 2
 
-#: the probe scales, times the RMS of each problem's observed gradient, at which ``D`` must act
-#: as the batch mean plus an input-independent term for :meth:`DefenseOracle.additive_offsets`
-#: (below, at and far above the observed scale: a clipping or a rounding shows at one of them)
-ADDITIVE_PROBE_SCALES = (1e-2, 1.0, 1e2)
-#: the probes' tolerance, in units of the dtype's machine epsilon times the largest magnitude
-#: involved (the rounding of ``(G + c) − c``)
-ADDITIVE_TOLERANCE_EPS = 64
-
 #: problem sets (``θ``, ``g`` of one attack's problems) an oracle keeps; the least recently used goes first
 PROBLEM_SETS = 16
+#: draws ``D_0(0)`` of separable noise an oracle keeps, by layout of rows (:meth:`DefenseOracle.noise_shift`)
+ZERO_DRAWS = 64
 
-#: the oracle of the job being attacked (an oracle process serves one job: :class:`OracleRelay`)
+#: the oracle of the job being attacked (an oracle process serves one job at a time, and the jobs
+#: of one defense plugin only: :class:`~bench.evaluation.oracle_relay.OracleRelay`)
 _ORACLE: list[DefenseOracle] = []
 
 
@@ -94,10 +90,13 @@ class OracleError(RuntimeError):
 
 
 def setup(request: dict[str, Any]) -> dict[str, Any]:
-    """Child side, once per oracle process: build the job's oracle from ``task`` (JSON),
-    ``defense`` (``name``, ``params``, ``source`` blob, ``root``) and ``seed`` (the oracle's own,
-    :func:`oracle_seed`), in the sandbox; returns what it entered (``sandbox``)."""
+    """Child side, once per job an oracle process serves: build the job's oracle from ``task``
+    (JSON), ``defense`` (``name``, ``params``, ``source`` blob, ``root``) and ``seed`` (the
+    oracle's own, :func:`oracle_seed`), in the sandbox, in place of the previous job's; returns
+    what it entered (``sandbox``)."""
     quiet_lightning()
+    gc.unfreeze()  # the previous job's oracle (if any) becomes garbage
+    _ORACLE.clear()
     d = request["defense"]
     sandboxed = sandbox.enter("oracle", readable=[d["root"]]) if isolation.IN_CHILD else "in-process"
     task = TaskSpec.model_validate_json(request["task"])
@@ -129,41 +128,6 @@ def oracle_seed(seed: int) -> int:
     return derive_seed(int(seed), "defense-oracle")
 
 
-class OracleRelay:
-    """Parent side: answers an attack process's queries (:func:`bench.evaluation.queries.query`)
-    by passing their bytes to a defense oracle process of the job and its answer's bytes back
-    (the parent decodes neither: both ends read plain data only). The process is started and set
-    up (:func:`setup`) on the first query and ended with :meth:`close`."""
-
-    def __init__(self, setup: dict[str, Any], threads: int = 1) -> None:
-        self.setup, self.threads = setup, threads
-        self.worker: isolation.Worker | None = None
-        self.queries = 0
-        self.sandbox = "none"
-
-    def __call__(self, data: bytes) -> bytes:
-        if self.worker is None:
-            worker = isolation.Worker(self.threads)
-            try:
-                ready = worker.request(setup, self.setup, "defense oracle")
-                self.sandbox = str(ready.get("sandbox", "none")) if isinstance(ready, dict) else "none"
-            except BaseException:
-                worker.close()
-                raise
-            self.worker = worker
-        self.queries += 1
-        try:
-            return self.worker.request_raw(answer, data, "defense oracle")
-        except isolation.ChildFailed:
-            self.close()  # a new process (set up again) answers the next query
-            raise
-
-    def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
-
-
 class DefenseOracle:
     """``D`` of one job: the protocol of ``config`` and instances of the defense bound with
     fresh seeds (``config.seed`` is the oracle's own, not the run's)."""
@@ -175,7 +139,11 @@ class DefenseOracle:
         self._make, self._info = make, self.sim.run_info()
         self.instances: list[DefenseHooks] = [first]
         self.random: bool | None = None
-        self.problem_sets: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self.problem_sets: OrderedDict[str, tuple[torch.Tensor, ...]] = OrderedDict()
+        #: separable random draws (:meth:`noise_shift`): ``c̄`` by problem set and batch (``None``:
+        #: not separable), and ``c_0 = D_0(0)`` by problem set, batch and layout of rows
+        self.noise_means: OrderedDict[tuple[str, int], torch.Tensor | None] = OrderedDict()
+        self.zero_draws: OrderedDict[tuple[str, int, bytes | None], torch.Tensor] = OrderedDict()
         #: names this oracle's defended worlds among those its process keeps (:meth:`reference_worlds`)
         self.token = uuid.uuid4().hex
 
@@ -190,17 +158,8 @@ class DefenseOracle:
         op = q.get("op")
         if op == "info":
             return self.info(int(q["receiver"]))
-        if op == "evaluate":
-            where = q["nodes"], q["rounds"], int(q["receiver"])
-            theta, target = self.problem_set(q)
-            values, grads = self.evaluate(q["grads"], theta, target, str(q["objective"]), *where)
-            return {"values": values, "grads": grads}
-        if op == "evaluate_inputs":
-            where = q["nodes"], q["rounds"], int(q["receiver"])
-            theta, target = self.problem_set(q)
-            values, grads = self.evaluate_inputs(
-                q["x"], q["y"], str(q["loss"]), theta, target, str(q["objective"]), *where
-            )
+        if op in ("evaluate", "evaluate_inputs"):
+            values, grads = self.evaluate_query(q)
             return {"values": values, "grads": grads}
         if op == "offsets":
             theta, target = self.problem_set(q)
@@ -212,16 +171,24 @@ class DefenseOracle:
         raise OracleError(f"unknown oracle query {op!r}")
 
     def problem_set(self, q: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(θ, g)`` of an evaluate query: sent with it (and kept under its ``problems`` token,
-        if any) or kept from an earlier query of the same token."""
+        """``(θ, g)`` of the query's problems: sent with it (and kept under its ``problems``
+        token, if any) or kept from an earlier query of the same token — the rows ``rows`` of
+        it, where the query names some."""
+        theta, target, _, _ = self.kept_set(q)
+        rows = q.get("rows")
+        return (theta, target) if rows is None else (theta[rows.long()], target[rows.long()])
+
+    def kept_set(self, q: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(θ, g, nodes, rounds)`` of the whole problem set of query ``q`` (its victims and
+        rounds those of the query that sent it)."""
         token = q.get("problems")
         if "theta" in q:
-            pair = q["theta"], q["target"]
+            kept = q["theta"], q["target"], q["nodes"].long(), q["rounds"].long()
             if token is not None:
-                self.problem_sets[str(token)] = pair
+                self.problem_sets[str(token)] = kept
                 while len(self.problem_sets) > PROBLEM_SETS:
                     self.problem_sets.popitem(last=False)
-            return pair
+            return kept
         if token is None or str(token) not in self.problem_sets:
             raise OracleError(f"{UNKNOWN_PROBLEMS}: {token!r}")
         self.problem_sets.move_to_end(str(token))
@@ -312,13 +279,16 @@ class DefenseOracle:
         nodes: torch.Tensor,
         rounds: torch.Tensor,
         receiver: int,
+        shift: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``F_k = dist(D(G_k), g_k)`` ``[K]`` (``D`` averaged over the draws of a random
         defense) and ``∂F_k/∂G_k`` ``[K, B, P]``: the cotangent ``u = ∂F/∂D`` pulled back through
         the defense's hooks by autograd, or through the batch mean where that vanishes for a
         problem or does not exist (BPDA). One hook call per round and draw holds every problem
         of that round, a node's several problems (restarts, label hypotheses) as rows of their
-        own: the send-side hooks are row-local (:mod:`bench.simulation.row_locality`)."""
+        own: the send-side hooks are row-local (:mod:`bench.simulation.row_locality`). With
+        ``shift`` ``[K, P]`` (separable draws, :meth:`noise_shift`), draw 0 alone runs and the
+        mean over the draws is ``D_0(G) + shift``."""
         if self.random is None:
             self.info(receiver)
         run = self._info
@@ -326,12 +296,14 @@ class DefenseOracle:
         nodes, rounds = nodes.long(), rounds.long()
         values = torch.zeros(grads.shape[0], dtype=run.dtype)
         out = torch.zeros_like(grads)
+        draws = 1 if shift is not None else self.draws
         for idx in round_groups(rounds):
             ctx = RoundContext(int(rounds[idx][0]), 0, nodes[idx])
-            gs = [grads[idx].detach().requires_grad_(True) for _ in range(self.draws)]
+            gs = [grads[idx].detach().requires_grad_(True) for _ in range(draws)]
             with torch.enable_grad():
                 ys = [self._call(m, theta[idx], g, ctx, receiver) for m, g in enumerate(gs)]
-            mean = torch.stack([y.detach() for y in ys]).mean(0).requires_grad_(True)
+            mean = torch.stack([y.detach() for y in ys]).mean(0)
+            mean = (mean if shift is None else mean + shift[idx].to(mean)).requires_grad_(True)
             with torch.enable_grad():
                 dist = gradient_distance(mean, target[idx], objective)
                 (u,) = torch.autograd.grad(dist.sum(), mean)
@@ -349,81 +321,116 @@ class DefenseOracle:
         batch: int,
     ) -> torch.Tensor | None:
         """``c̄ [K, P]`` when every draw ``m`` of ``D`` is, on each problem ``k``, the batch mean
-        plus a term that does not depend on the gradients — ``D_m(G) = mean_b G_b + c_m`` with
-        ``c_m = D_m(0)`` — else ``None``; ``c̄ = mean_m c_m``, the term :meth:`evaluate`'s EOT
-        average adds. Then ``dist(mean_m D_m(G), g) = dist(mean_b G + c̄, g)`` for every ``G``:
-        one query answers ``c̄`` for all of an attack's problems, and the attack evaluates the
-        same objective itself, with no query per evaluation (:mod:`~bench.attacks.inversion.
-        oracle_transform`); ``c_m`` is fixed per problem, as each query's draws are.
-
-        Checked, not assumed: on the problems' own ``θ``, nodes and rounds, ``D_m(G) − D_m(0)``
-        must equal ``mean_b G`` to :data:`ADDITIVE_TOLERANCE_EPS` machine epsilons of the largest
-        magnitude involved, for random ``G [K, batch, P]`` at each of
-        :data:`ADDITIVE_PROBE_SCALES` times the RMS of the problem's observed ``g`` (a clipping,
-        a rounding, a sparsification or a rotation fails at one of them). Additive message
-        noise passes; so does a fixed public shift of every message, which ``c̄`` then carries
-        into the objective. Update queries (FedAvg) are not covered (``None``)."""
+        plus a term that does not depend on the gradients — ``D_m(G) = mean_b G + c_m`` with
+        ``c_m = D_m(0)``, checked on probes (:mod:`.oracle_noise`) — else ``None``;
+        ``c̄ = mean_m c_m``, the term :meth:`evaluate`'s EOT average adds. Then
+        ``dist(mean_m D_m(G), g) = dist(mean_b G + c̄, g)`` for every ``G``: one query answers
+        ``c̄`` for all of an attack's problems, and the attack evaluates the same objective
+        itself, with no query per evaluation (:mod:`~bench.attacks.inversion.oracle_transform`).
+        Message noise passes; so does a fixed public shift of every message, which ``c̄`` then
+        carries into the objective. Update queries (FedAvg) are not covered (``None``)."""
         if not self.protocol.has_observed_gradient():
             return None
-        if self.random is None:
-            self.info(receiver)
-        dtype = self._info.dtype
-        theta, target = theta.to(dtype), target.to(dtype)
-        nodes, rounds = nodes.long(), rounds.long()
-        k, p = target.shape
-        rms = target.pow(2).mean(1).sqrt().clamp_min(torch.finfo(dtype).tiny)
-        gen = torch.Generator().manual_seed(0)
-        tol = ADDITIVE_TOLERANCE_EPS * torch.finfo(dtype).eps
-        out = torch.zeros(k, p, dtype=dtype)
-        with torch.no_grad():
-            for idx in round_groups(rounds):
-                ctx = RoundContext(int(rounds[idx][0]), 0, nodes[idx])
-                th = theta[idx]
-                zero = th.new_zeros(th.shape[0], batch, p)
-                base = [self._call(m, th, zero, ctx, receiver) for m in range(self.draws)]
-                for scale in ADDITIVE_PROBE_SCALES:
-                    g = torch.randn(th.shape[0], batch, p, generator=gen, dtype=torch.float64).to(dtype)
-                    g = g * (scale * rms[idx]).view(-1, 1, 1)
-                    mean = g.mean(1)
-                    for m, c in enumerate(base):
-                        err = (self._call(m, th, g, ctx, receiver) - c - mean).abs().amax()
-                        size = torch.maximum(mean.abs().amax(), c.abs().amax())
-                        if not bool(err <= tol * size):  # NaN fails too
-                            return None
-                out[idx] = torch.stack(base).mean(0)
-        return out
+        terms = self._noise_terms(theta, target, nodes, rounds, receiver, batch, additive=True)
+        return None if terms is None else terms.mean(0)
 
-    def evaluate_inputs(
+    def _noise_terms(
         self,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        loss: str,
         theta: torch.Tensor,
         target: torch.Tensor,
-        objective: str,
         nodes: torch.Tensor,
         rounds: torch.Tensor,
         receiver: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """An input query: ``F_k = dist(D(G_k), g_k)`` ``[K]`` and ``∂F_k/∂x̂_k`` for dummy data
-        ``x [K, B, …]`` with labels ``y [K, B, …]``, where ``G_k`` is formed here with the task's
-        model and the loss ``loss`` (a registered name): the per-sample gradients
-        ``(∇_θ ℓ(θ_k; x̂_kb, y_kb))_b`` ``[K, B, P]`` where ``D`` reads them (and ``B > 1``),
-        else the gradient of the batch's mean loss ``[K, 1, P]`` — what the attack side forms
-        for a gradient query (:class:`~bench.attacks.inversion.autograd_matching.AutogradMatching`).
-        ``∂F/∂G`` is :meth:`evaluate`'s (BPDA where ``D`` has no useful derivative), pulled back
-        to ``x̂`` through ``G`` by autograd."""
-        run = self._info
-        dtype = run.dtype
+        batch: int,
+        additive: bool,
+    ) -> torch.Tensor | None:
+        """:func:`~bench.evaluation.oracle_noise.noise_terms` of this oracle's draws of ``D``."""
+        if self.random is None:
+            self.info(receiver)
+        th, tg = theta.to(self._info.dtype), target.to(self._info.dtype)
+        return noise_terms(
+            self._draw(receiver), self.draws, th, tg, nodes.long(), rounds.long(), batch, additive
+        )
+
+    def _draw(self, receiver: int) -> Draw:
+        """Draw ``m`` of ``D`` as :mod:`.oracle_noise` calls it."""
+        return lambda m, th, g, ctx: self._call(m, th, g, ctx, receiver)
+
+    def noise_shift(self, q: dict[str, Any], batch: int) -> torch.Tensor | None:
+        """``c̄ − c_0`` ``[K', P]`` for the problems of query ``q`` (its problem set's, or the
+        ``rows`` of it the query names) when ``D`` is random and its draws are separable
+        (:mod:`.oracle_noise`): :meth:`evaluate` then runs draw 0 alone and adds it. ``c̄`` is
+        the whole set's (found once per set and batch), ``c_0 = D_0(0)`` in the query's own
+        layout of rows — a draw's noise depends on the rows of its call — so every subset of a
+        set has the whole set's objective. ``None``: every draw runs (not separable, not
+        random, or a query that names no problem set)."""
+        token = q.get("problems")
+        if self.random is None:
+            self.info(int(q["receiver"]))
+        if token is None or not self.random:
+            return None
+        theta, target, nodes, rounds = self.kept_set(q)
+        where = int(q["receiver"]), int(batch)
+        key = (str(token), int(batch))
+        if key not in self.noise_means:
+            terms = self._noise_terms(theta, target, nodes, rounds, *where, additive=False)
+            self.noise_means[key] = None if terms is None else terms.mean(0)
+            if terms is not None:
+                self.zero_draws[(*key, None)] = terms[0]
+            _trim(self.noise_means, PROBLEM_SETS)
+        mean, rows = self.noise_means[key], q.get("rows")
+        if mean is None:
+            return None
+        layout = (*key, None if rows is None else rows.long().numpy().tobytes())
+        sel = slice(None) if rows is None else rows.long()
+        if layout not in self.zero_draws:
+            th = theta[sel].to(self._info.dtype)
+            self.zero_draws[layout] = zero_draw(self._draw(where[0]), th, nodes[sel], rounds[sel], where[1])
+            _trim(self.zero_draws, ZERO_DRAWS)
+        self.zero_draws.move_to_end(layout)
+        return mean[sel] - self.zero_draws[layout]
+
+    def evaluate_query(self, q: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Answer an ``evaluate`` query (``grads``: ``G [K, B, P]``; the answer ``∂F/∂G``) or an
+        *input* query (``evaluate_inputs``: dummy data ``x [K, B, …]`` with labels ``y`` and the
+        loss's registered name; the answer ``∂F/∂x̂``): ``F_k = dist(D(G_k), g_k)`` ``[K]``
+        by :meth:`evaluate`, for the problems of its set or the ``rows`` of it the query names
+        (a line search's subset). An input query's ``G_k`` is formed here with the task's model
+        — the per-sample gradients ``(∇_θ ℓ(θ_k; x̂_kb, y_kb))_b`` where ``D`` reads them (and
+        ``B > 1``), else the gradient of the batch's mean loss ``[K, 1, P]``, what the attack
+        side forms for a gradient query — and ``∂F/∂G`` is pulled back to ``x̂`` by autograd."""
+        dtype = self._info.dtype
+        theta, target, nodes, rounds = self.kept_set(q)
+        rows = q.get("rows")
+        if rows is None:
+            nodes, rounds = q["nodes"].long(), q["rounds"].long()
+        else:
+            rows = rows.long()
+            theta, target, nodes, rounds = theta[rows], target[rows], nodes[rows], rounds[rows]
+        inputs = q["op"] == "evaluate_inputs"
+        shift = self.noise_shift(q, self.input_batch(q["x"]) if inputs else int(q["grads"].shape[1]))
+        where = target, str(q["objective"]), nodes, rounds, int(q["receiver"]), shift
+        if not inputs:
+            return self.evaluate(q["grads"].to(dtype), theta, *where)
+        x, y = q["x"].to(dtype), q["y"]
         y = y.to(dtype) if y.is_floating_point() else y.long()
-        loss_fn = LOSSES.get(loss, field="loss")
-        per_sample = bool(self.sim.hooks.per_sample) and x.shape[1] > 1
+        loss_fn = LOSSES.get(str(q["loss"]), field="loss")
         with torch.enable_grad():
-            xl = x.to(dtype).detach().requires_grad_(True)
-            g = input_gradients(self.sim.flat, loss_fn, xl, y, theta.to(dtype), per_sample)
-        values, dg = self.evaluate(g.detach(), theta, target, objective, nodes, rounds, receiver)
+            xl = x.detach().requires_grad_(True)
+            g = input_gradients(self.sim.flat, loss_fn, xl, y, theta.to(dtype), self.input_batch(x) > 1)
+        values, dg = self.evaluate(g.detach(), theta, *where)
         (dx,) = torch.autograd.grad(g, xl, dg.to(g))
         return values, dx
+
+    def input_batch(self, x: torch.Tensor) -> int:
+        """Rows per problem of the ``G`` an input query with dummy data ``x [K, B, …]`` forms:
+        ``B`` where ``D`` reads per-sample gradients, else 1 (:meth:`evaluate_query`)."""
+        return int(x.shape[1]) if self.sim.hooks.per_sample and x.shape[1] > 1 else 1
+
+
+def _trim(kept: OrderedDict[Any, Any], most: int) -> None:
+    while len(kept) > most:
+        kept.popitem(last=False)
 
 
 def _as_bound(instance: DefenseHooks) -> DefenseHooks:

@@ -19,6 +19,7 @@ written to ``--out`` on the node that ran the job.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 from collections.abc import Callable
@@ -57,12 +58,14 @@ _WORKER_STATE: dict[str, Any] = {}
 
 def _run_remote(job: Job, root: str, out_dir: str | None, threads: int) -> JobResult:
     """The Ray task: one job, with a worker pool and data cache kept for the worker's next job."""
-    from bench.evaluation import isolation
+    from bench.evaluation import isolation, sandbox
     from bench.evaluation.truth import RunDataCache
 
     if "pool" not in _WORKER_STATE:
+        sandbox.sweep_scratch()  # of this machine's earlier workers that Ray ended
         _WORKER_STATE["pool"] = isolation.WorkerPool(max_idle=8)
         _WORKER_STATE["cache"] = RunDataCache(size=4)
+        atexit.register(_WORKER_STATE["pool"].close)
     return run_job(
         job,
         Path(root),

@@ -222,6 +222,29 @@ def remove_scratch(pid: int | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def sweep_scratch() -> int:
+    """Remove the scratch folders of processes that have ended without their parent seeing it
+    (:func:`remove_scratch` never ran: the workers of a Ray worker that Ray ended, a parent
+    killed outright); a folder whose process still runs is left alone. Returns how many went."""
+    removed = 0
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def enter(role: str, readable: Iterable[str | Path] = ()) -> str:
     """Sandbox this process for good (module docstring); idempotent. Returns what was entered:
     ``"landlock+netns"``, ``"landlock"`` or ``"none"`` (no Landlock in this kernel)."""

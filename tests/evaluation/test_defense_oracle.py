@@ -233,8 +233,25 @@ class PublicShift(Defense):
 """
 
 
+#: noise that scales with the message (``g ⊙ (1 + z/2)``): random and not separable
+RELATIVE = """
+import torch
+from bench.defense.plugin import DEFENSES, Defense
+
+
+@DEFENSES.register("relative_noise", "multiplies every upload by 1 + z/2, z standard normal")
+class RelativeNoise(Defense):
+    protocols = ("fedsgd",)
+
+    def outgoing(self, msgs, ctx):
+        gen = self.generator("relative_noise", msgs.payload.device)
+        z = torch.randn(msgs.payload.shape, generator=gen, dtype=msgs.payload.dtype)
+        return msgs.with_payload(msgs.payload * (1.0 + 0.5 * z))
+"""
+
+
 #: the plugins of these tests that are not committed defenses
-PLUGINS = {"public_shift": SHIFT, "rotation": ROTATION}
+PLUGINS = {"public_shift": SHIFT, "rotation": ROTATION, "relative_noise": RELATIVE}
 
 
 def _oracle_of(defense: str, params: dict, tmp_path: Path) -> oracle.DefenseOracle:
@@ -284,6 +301,19 @@ def test_a_defense_that_is_not_additive_gets_no_shortcut(defense, params, tmp_pa
     assert o.handle({**q, "op": "offsets", "batch": 2}) == {"additive": False}
 
 
+def _matching_problems(o: oracle.DefenseOracle, k: int, b: int) -> tuple:
+    """``(y, θ, g, nodes, rounds, loss)`` of ``k`` random problems of ``b`` samples on the oracle's task."""
+    from bench.simulation.objective import LOSSES
+
+    gen = torch.Generator().manual_seed(5)
+    p = o._info.n_params
+    y = torch.randint(0, 2, (k, b), generator=gen).to(torch.float64)
+    theta = 0.5 * torch.randn(k, p, generator=gen, dtype=torch.float64)
+    target = torch.randn(k, p, generator=gen, dtype=torch.float64)
+    nodes, rounds = torch.arange(k) % 4, torch.zeros(k, dtype=torch.long)
+    return y, theta, target, nodes, rounds, LOSSES.get(o.sim.loss_name, field="loss")
+
+
 @pytest.mark.parametrize("objective", ["cosine", "l2"])
 def test_the_attack_evaluates_an_additive_defense_itself_with_the_same_objective(objective):
     """Through :func:`matching_fn`, a generic variant against additive noise asks one ``offsets``
@@ -292,7 +322,6 @@ def test_the_attack_evaluates_an_additive_defense_itself_with_the_same_objective
     from bench.attacks.inversion.matching import matching_fn
     from bench.attacks.inversion.oracle_transform import DefenseTransform
     from bench.attacks.oracle import OracleClient
-    from bench.simulation.objective import LOSSES
 
     o = _task("gaussian_noise", {"sigma": 0.5}, (REPO / "defenses" / "gaussian_noise.py").read_bytes())
     ops: list[str] = []
@@ -301,13 +330,8 @@ def test_the_attack_evaluates_an_additive_defense_itself_with_the_same_objective
         ops.append(q["op"])
         return o.handle(q)
 
-    gen = torch.Generator().manual_seed(5)
     k, b, p = 4, 2, o._info.n_params
-    y = torch.randint(0, 2, (k, b), generator=gen).to(torch.float64)
-    theta = 0.5 * torch.randn(k, p, generator=gen, dtype=torch.float64)
-    target = torch.randn(k, p, generator=gen, dtype=torch.float64)
-    nodes, rounds = torch.arange(k) % 4, torch.zeros(k, dtype=torch.long)
-    loss_fn = LOSSES.get(o.sim.loss_name, field="loss")
+    y, theta, target, nodes, rounds, loss_fn = _matching_problems(o, k, b)
     fns = {}
     for mode in ("shortcut", "queried"):
         transform = DefenseTransform(
@@ -325,6 +349,106 @@ def test_the_attack_evaluates_an_additive_defense_itself_with_the_same_objective
         idx = torch.tensor([2, 0])  # a subset of the problems, as L-BFGS's line search asks
         torch.testing.assert_close(fns["shortcut"](x[idx], idx)[0], v_s[idx], rtol=1e-12, atol=0)
     assert ops == ["offsets"] + ["evaluate_inputs"] * 3
+
+
+@pytest.mark.parametrize("objective", ["l2", "cosine"])
+@pytest.mark.parametrize(
+    ("defense", "params", "b"),
+    [
+        ("dp_sgd", {"clip_norm": 0.5, "noise_multiplier": 0.7}, 3),  # per-sample clipping under noise
+        ("gaussian_noise", {"sigma": 1.0}, 2),  # additive: separable too
+    ],
+)
+def test_separable_noise_is_one_draw_and_a_shift(defense, params, b, objective, tmp_path):
+    """``D_m(G) = f(G) + c_m``: the oracle finds ``c̄ − c_0`` once per problem set, then runs one
+    draw per query, with the value and ``∂F/∂G`` of all :data:`EOT_DRAWS` draws (float64, 1e-10)."""
+    o = _oracle_of(defense, params, tmp_path)
+    q = {**_query(o, 4, b, objective), "problems": "separable"}
+    calls: list[int] = []
+    real = o._call
+
+    def counted(m, *args):
+        calls.append(m)
+        return real(m, *args)
+
+    o._call = counted  # type: ignore[method-assign]
+    shift = o.noise_shift(q, b)
+    assert shift is not None and shift.shape == q["target"].shape and shift.abs().amax() > 0
+    for seed in (0, 1):  # other gradients, the same problems
+        grads = _query(o, 4, b, objective, seed=seed + 10)["grads"]
+        calls.clear()
+        got = o.handle({**q, "grads": grads})
+        assert calls == [0]  # one draw through the hooks
+        where = q["nodes"], q["rounds"], -1
+        want = o.evaluate(grads, q["theta"], q["target"], objective, *where)  # every draw
+        torch.testing.assert_close(got["values"], want[0], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(got["grads"], want[1], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("defense", "params"),
+    [
+        ("relative_noise", {}),  # the noise scales with the message
+        ("dp_sgd", {"clip_norm": 0.5, "noise_multiplier": 0.7}),  # separable, but no problem set named
+        ("top_k", {"fraction": 0.3}),  # not random: one draw anyway
+    ],
+)
+def test_noise_that_is_not_separable_keeps_every_draw(defense, params, tmp_path):
+    """No shift where the noise depends on the gradients, where the query names no problem set
+    (nothing to keep it under), or where ``D`` is not random."""
+    o = _oracle_of(defense, params, tmp_path)
+    q = _query(o, 4, 2)
+    named = defense != "dp_sgd"
+    assert o.noise_shift({**q, "problems": "p"} if named else q, 2) is None
+    assert o.info(-1)["random"] is (defense != "top_k")
+
+
+@pytest.mark.parametrize(
+    ("defense", "params", "same_noise"),
+    [
+        ("dp_sgd", {"clip_norm": 0.5, "noise_multiplier": 0.7}, True),  # separable: the whole layout
+        ("relative_noise", {}, False),  # not separable: the rows alone, draws of their own
+        ("top_k", {"fraction": 0.3}, True),  # not random
+    ],
+)
+def test_a_subset_of_a_problem_set_is_asked_by_its_rows(defense, params, same_noise, tmp_path):
+    """A line search's subset goes as the whole set's token and its rows (no ``θ``, ``g``
+    again): with separable noise each row's answer is the whole set's for that row, so every
+    subset sees one objective (float64, 1e-12); otherwise the rows are answered alone."""
+    from bench.attacks.inversion.matching import matching_fn
+    from bench.attacks.inversion.oracle_transform import DefenseTransform
+    from bench.attacks.oracle import OracleClient
+
+    o = _oracle_of(defense, params, tmp_path)
+    sent: list[dict] = []
+
+    def ask(q: dict) -> dict:
+        sent.append(q)
+        return o.handle(q)
+
+    k, b, p = 6, 2, o._info.n_params
+    y, theta, target, nodes, rounds, loss_fn = _matching_problems(o, k, b)
+    gen = torch.Generator().manual_seed(6)
+    transform = DefenseTransform(OracleClient(ask, receiver=-1), nodes, rounds, "l2", o.sim.loss_name)
+    transform.additive_offsets = lambda *a: None  # type: ignore[method-assign]
+    fn = matching_fn(o.sim.flat, loss_fn, y, theta, target, "l2", 0.0, transform=transform)
+    x = torch.randn(k, b, p - 1, generator=gen, dtype=torch.float64)
+    v_all, g_all = fn(x)
+    idx = torch.tensor([4, 1, 2])
+    v_sub, g_sub = fn(x[idx], idx)
+    last = sent[-1]
+    assert "theta" not in last and torch.equal(last["rows"], idx) and last["problems"] == sent[-2]["problems"]
+    if same_noise:
+        torch.testing.assert_close(v_sub, v_all[idx], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g_sub, g_all[idx], rtol=1e-12, atol=1e-12)
+    else:
+        alone = DefenseTransform(
+            OracleClient(o.handle, receiver=-1), nodes[idx], rounds[idx], "l2", o.sim.loss_name
+        )
+        alone.additive_offsets = lambda *a: None  # type: ignore[method-assign]
+        fa = matching_fn(o.sim.flat, loss_fn, y[idx], theta[idx], target[idx], "l2", 0.0, transform=alone)
+        torch.testing.assert_close(v_sub, fa(x[idx])[0], rtol=1e-12, atol=1e-12)
+        assert not torch.allclose(v_sub, v_all[idx])
 
 
 def test_a_problem_set_is_sent_once_and_named_after():

@@ -96,3 +96,27 @@ def test_a_sandboxed_childs_scratch_folder_ends_with_it():
     assert os.path.exists(os.path.join(answer["scratch"], "left-behind"))  # alive: still there
     worker.close()
     assert not os.path.exists(answer["scratch"])
+
+
+def test_scratch_folders_of_processes_that_ended_unseen_are_swept(tmp_path, monkeypatch):
+    """A worker that ended without its parent seeing it (a Ray worker that Ray ended) leaves its
+    scratch folder; the next sweep removes it and leaves the folders of running processes and
+    folders that are not scratch folders alone."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from bench.evaluation import sandbox
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    dead = int(ended.stdout)
+    gone = tmp_path / f"bench-{dead}-simulation-abc"
+    (gone / "sub").mkdir(parents=True)
+    (gone / "sub" / "left").write_text("x")
+    alive = tmp_path / f"bench-{os.getpid()}-oracle-def"
+    other = tmp_path / "bench-budget-xyz"
+    alive.mkdir()
+    other.mkdir()
+    assert sandbox.sweep_scratch() == 1
+    assert not gone.exists() and alive.exists() and other.exists()

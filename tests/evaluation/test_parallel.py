@@ -28,3 +28,23 @@ def test_two_jobs_at_once_store_the_same_numbers(tmp_path):
             (r.defense, r.seed): (r.key, r.utility, r.privacy, r.metrics["val_loss"]) for r in results
         }
     assert len(stored["2"]) == 6 and stored["1"] == stored["2"]
+
+
+def test_a_sweep_keeps_idle_workers_as_far_as_free_memory_allows(monkeypatch):
+    """24 idle workers per parallel job (a simulation, an audit and an oracle worker per defense
+    and an attack worker per threat of a suite), fewer when half the free memory holds fewer,
+    never fewer than 8 per parallel job."""
+    import os
+
+    from bench.evaluation import grid
+
+    def free(gib: float):
+        pages = {"SC_AVPHYS_PAGES": int(gib * 2**30 / 4096), "SC_PAGE_SIZE": 4096}
+        monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
+
+    free(64)
+    assert grid.idle_workers(2) == 48
+    free(10)  # 5 GiB for idle workers of 256 MiB
+    assert grid.idle_workers(2) == 20
+    free(1)
+    assert grid.idle_workers(2) == 16 and grid.idle_workers(0) == 8

@@ -90,17 +90,38 @@ class DefenseTransform:
         """Whether the oracle can form ``G`` from ``x̂`` itself (input queries, module docstring)."""
         return bool(self.loss)
 
-    def ask(self, q: dict[str, Any], theta: torch.Tensor, target: torch.Tensor) -> dict[str, Any]:
+    def ask(
+        self, q: dict[str, Any], theta: torch.Tensor, target: torch.Tensor, idx: torch.Tensor | None = None
+    ) -> dict[str, Any]:
         """Send query ``q`` with the problem set ``(θ, g)`` (its token, or the tensors again when
-        the oracle lost them)."""
+        the oracle lost them). The problems ``idx`` of a set sent whole before (a line search's
+        subset) go as that set's token and their ``rows`` in it."""
         theta, target = theta.detach().cpu(), target.detach().cpu()
         q = {**q, "objective": self.objective, "receiver": self.client.receiver}
+        whole = None if idx is None else self._whole_set(theta, target, idx.cpu().long())
+        if whole is not None:
+            token, th, tg = whole
+            q = {**q, "rows": idx.cpu().long(), "problems": token}
+            resent = {"theta": th, "target": tg, "nodes": self.nodes, "rounds": self.rounds}
         try:
-            return self.client.query({**q, **self.problem_fields(theta, target)})
+            return self.client.query(q if whole is not None else {**q, **self.problem_fields(theta, target)})
         except AttackError as exc:
             if UNKNOWN_PROBLEMS not in str(exc):
                 raise
+            if whole is not None:
+                return self.client.query({**q, **resent})
             return self.client.query({**q, **self.problem_fields(theta, target, resend=True)})
+
+    def _whole_set(
+        self, theta: torch.Tensor, target: torch.Tensor, idx: torch.Tensor
+    ) -> tuple[str, torch.Tensor, torch.Tensor] | None:
+        """The set of all this transform's problems sent before whose rows ``idx`` are ``(θ, g)``."""
+        for token, th, tg in self._sets:
+            if th.shape[0] != len(self.nodes) or th.shape[1:] != theta.shape[1:] or len(idx) != len(theta):
+                continue
+            if torch.equal(th[idx], theta) and torch.equal(tg[idx], target):
+                return token, th, tg
+        return None
 
     def additive_offsets(self, theta: torch.Tensor, target: torch.Tensor, batch: int) -> torch.Tensor | None:
         """``c̄ [K, P]`` when the oracle finds every draw of ``D`` to be, on each of the K
@@ -128,7 +149,7 @@ class DefenseTransform:
         """``F_k = dist(D(G_k(x̂_k)), g_k)`` ``[K']`` for the problems ``idx``, differentiable wrt
         ``x`` through :class:`InputsThroughOracle` (``y``: the problems' fixed labels)."""
         sel = slice(None) if idx is None else idx.cpu()
-        return InputsThroughOracle.apply(x, y, theta, target, self.nodes[sel], self.rounds[sel], self)
+        return InputsThroughOracle.apply(x, y, theta, target, self.nodes[sel], self.rounds[sel], self, idx)
 
     def problem_fields(
         self, theta: torch.Tensor, target: torch.Tensor, resend: bool = False
@@ -154,7 +175,7 @@ class DefenseTransform:
         self, per_sample: torch.Tensor, theta: torch.Tensor, target: torch.Tensor, idx: torch.Tensor | None
     ) -> torch.Tensor:
         sel = slice(None) if idx is None else idx.cpu()
-        return ThroughOracle.apply(per_sample, theta, target, self.nodes[sel], self.rounds[sel], self)
+        return ThroughOracle.apply(per_sample, theta, target, self.nodes[sel], self.rounds[sel], self, idx)
 
 
 class ThroughOracle(torch.autograd.Function):
@@ -170,16 +191,17 @@ class ThroughOracle(torch.autograd.Function):
         nodes: torch.Tensor,
         rounds: torch.Tensor,
         transform: DefenseTransform,
+        idx: torch.Tensor | None = None,
     ) -> torch.Tensor:
         q = {"op": "evaluate", "grads": per_sample.detach().cpu(), "nodes": nodes, "rounds": rounds}
-        values, grads = _checked(transform.ask(q, theta, target), per_sample)
+        values, grads = _checked(transform.ask(q, theta, target, idx), per_sample)
         ctx.save_for_backward(grads)
         return values
 
     @staticmethod
     def backward(ctx: Any, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
         (grads,) = ctx.saved_tensors
-        return dv.view(-1, *([1] * (grads.dim() - 1))) * grads, None, None, None, None, None
+        return dv.view(-1, *([1] * (grads.dim() - 1))) * grads, None, None, None, None, None, None
 
 
 class InputsThroughOracle(torch.autograd.Function):
@@ -196,6 +218,7 @@ class InputsThroughOracle(torch.autograd.Function):
         nodes: torch.Tensor,
         rounds: torch.Tensor,
         transform: DefenseTransform,
+        idx: torch.Tensor | None = None,
     ) -> torch.Tensor:
         q = {
             "op": "evaluate_inputs",
@@ -205,14 +228,14 @@ class InputsThroughOracle(torch.autograd.Function):
             "nodes": nodes,
             "rounds": rounds,
         }
-        values, grads = _checked(transform.ask(q, theta, target), x)
+        values, grads = _checked(transform.ask(q, theta, target, idx), x)
         ctx.save_for_backward(grads)
         return values
 
     @staticmethod
     def backward(ctx: Any, dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
         (grads,) = ctx.saved_tensors
-        return dv.view(-1, *([1] * (grads.dim() - 1))) * grads, None, None, None, None, None, None
+        return dv.view(-1, *([1] * (grads.dim() - 1))) * grads, None, None, None, None, None, None, None
 
 
 def _checked(answer: dict[str, Any], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
