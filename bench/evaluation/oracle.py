@@ -198,8 +198,9 @@ class DefenseOracle:
         """Reference worlds trained under a fresh instance of the defense (bound inside by the
         worlds' own run, whose seed is the attack's): :func:`reference_worlds_at` with the
         query's arguments, as ``str(round) -> {"theta", "world", "trained_on"}``. The same
-        arguments are trained once (:func:`~bench.attacks.membership.reference_worlds.kept_worlds`; an oracle
-        process serves one job, so its one defense needs no key): the threat's reference attacks
+        arguments are trained once (:func:`~bench.attacks.membership.reference_worlds.kept_worlds`, under
+        this oracle's own token: the process serves the jobs of its plugin one after another, and
+        a later job's worlds are never an earlier job's): the threat's reference attacks
         ask for one set of worlds."""
         cfg = SimulationConfig.model_validate_json(q["cfg"])
         mixing = q.get("mixing")
