@@ -84,7 +84,7 @@ def _resolve(defense: Any, params: dict[str, Any] | None) -> tuple[str, dict[str
 @contextlib.contextmanager
 def _root_with(root: Path, name: str, source: Path | None) -> Iterator[Path]:
     """``root``, or a temporary root with its tasks and plugins and ``source`` as ``defenses/<name>.py``."""
-    from bench.defense.plugin import defense_path, defenses_dir
+    from bench.defense.loading import defense_path, defenses_dir
 
     if source is None:
         yield root

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
-from bench.defense.base import ALL_THREATS, DEFENSES, PerSampleDP
+from bench.defense.base import ALL_THREATS, DEFAULT_DELTA, DEFENSES, Defense, PerSampleGaussian
 
 
 @DEFENSES.register(
     "dp_sgd", "DP-SGD per node: per-sample clipping to C, noise N(0, sigma^2 C^2) per step (Opacus)"
 )
-class DPSGD(PerSampleDP):
+class DPSGD(Defense):
     """DP-SGD (Abadi et al. 2016, Alg. 1) run by every node on its own data: in each local step
     node ``v`` clips each per-sample gradient, sums, adds Gaussian noise and divides by the
     expected batch size ``d_v`` (Opacus's ``DPOptimizer``, ``loss_reduction="mean"``):
@@ -32,7 +32,11 @@ class DPSGD(PerSampleDP):
     only) keeps each sample with probability ``sample_rate`` ``r`` (Opacus's
     ``UniformWithReplacementSampler``; ``d_v = r n_v``; ``q_v = r``, add/remove: exact).
 
-    Accounting (:meth:`accounting`): Opacus's ``RDPAccountant`` (or ``PRVAccountant``) with
+    The clipping, the noise and the accounting are the harness's
+    (:class:`~bench.defense.mechanisms.per_sample.PerSampleGaussian`): this plugin only chooses
+    their parameters, so the ε on the board is bench's, not the plugin's.
+
+    Accounting: Opacus's ``RDPAccountant`` (or ``PRVAccountant``) with
     ``(σ, q_v, T_v)``, or ``"rdp_wor"`` as above; the recorded ε is the largest over nodes, with
     the accountant that gave it, the relation and the sampling. With ``target_epsilon`` σ is
     solved for the planned steps (``rounds × local steps``; a client sampled in fewer rounds
@@ -69,8 +73,26 @@ class DPSGD(PerSampleDP):
         {"noise_multiplier": 1.0, "clip_norm": 1.0},
         {"target_epsilon": 8.0, "clip_norm": 0.5, "sampling": "poisson", "sample_rate": 0.5},
     )
-    TAG = "dp_sgd"
-    GUARANTEE = (
-        "local DP per node, sample-level (add/remove one local sample), against every observer of "
-        "the node's messages"
-    )
+
+    def __init__(
+        self,
+        clip_norm: float = 1.0,
+        noise_multiplier: float | None = None,
+        target_epsilon: float | None = None,
+        delta: float = DEFAULT_DELTA,
+        sampling: Literal["fixed", "poisson"] = "fixed",
+        sample_rate: float = 1.0,
+        accountant: Literal["rdp", "prv"] = "rdp",
+    ) -> None:
+        self.dp = PerSampleGaussian(
+            clip_norm=clip_norm,
+            noise_multiplier=noise_multiplier,
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sampling=sampling,
+            sample_rate=sample_rate,
+            accountant=accountant,
+        )
+
+    def mechanisms(self) -> tuple[PerSampleGaussian]:
+        return (self.dp,)

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from pytorch_lightning.callbacks import Callback, EarlyStopping
+from collections.abc import Mapping
 
-from bench.defense.base import DEFENSES, Defense, RoundContext, require, require_number, require_positive_int
+from bench.defense.base import DEFENSES, Defense, require, require_number, require_positive_int
 
 
 @DEFENSES.register("early_stopping", "stop training after max_rounds rounds or when val_acc stops improving")
 class EarlyStoppingDefense(Defense):
     """Stop training early (fewer observed rounds, less converged models).
 
-    Two criteria, either or both: a fixed budget of ``max_rounds`` communication rounds
-    (:meth:`should_stop`), and Lightning's ``EarlyStopping`` on the validation accuracy of the
-    average model with ``patience`` evaluations (as in Pasquini et al. App. B, patience 3). An
+    Two criteria, either or both, on public facts only (:meth:`should_stop`): a fixed budget of
+    ``max_rounds`` communication rounds, and patience on the validation accuracy of the average
+    model — stop once ``patience`` evaluations in a row improved on the best so far by no more
+    than ``min_delta`` (as in Pasquini et al. App. B, patience 3; Lightning's ``EarlyStopping``
+    rule in ``mode="max"``). An
     early-stopping anchor matters most for the PDMM attacks (thesis C15); against a round-0
     attack it changes utility only.
 
@@ -51,18 +53,15 @@ class EarlyStoppingDefense(Defense):
         self.patience = None if patience is None else require_positive_int(patience, "defense.patience")
         self.min_delta = require_number(min_delta, "defense.min_delta", positive=False)
 
-    def should_stop(self, ctx: RoundContext) -> bool:
-        return self.max_rounds is not None and ctx.round + 1 >= self.max_rounds
-
-    def callbacks(self) -> list[Callback]:
+    def should_stop(self, round: int, history: Mapping[str, tuple[float, ...]]) -> bool:
+        if self.max_rounds is not None and round + 1 >= self.max_rounds:
+            return True
         if self.patience is None:
-            return []
-        return [
-            EarlyStopping(
-                monitor="val_acc",
-                mode="max",
-                patience=self.patience,
-                min_delta=self.min_delta,
-                check_on_train_epoch_end=False,
-            )
-        ]
+            return False
+        best, wait = None, 0
+        for value in history.get("val_acc", ()):
+            if best is None or value - self.min_delta > best:
+                best, wait = value, 0
+            else:
+                wait += 1
+        return wait >= self.patience

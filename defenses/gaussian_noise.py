@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
-from bench.defense.base import (
-    DEFENSES,
-    Defense,
-    MessageBatch,
-    Protocol,
-    RoundContext,
-    check_kinds,
-    kinds_reason,
-    require_number,
-)
+from bench.defense.base import DEFENSES, Defense, MessageNoise
 
 
 @DEFENSES.register(
@@ -23,7 +10,8 @@ from bench.defense.base import (
 )
 class GaussianNoise(Defense):
     """Additive Gaussian noise on the messages nodes send: each transmitted payload row ``m`` is
-    replaced by ``m + σ ξ``, ``ξ ~ N(0, I)`` drawn fresh per message row and round.
+    replaced by ``m + σ ξ``, ``ξ ~ N(0, I)`` drawn fresh per message row and round — the
+    harness's :class:`~bench.defense.mechanisms.message.MessageNoise`, configured here.
 
     In D-PSGD a node broadcasts one noisy model to all its neighbours (Muffliato's
     noise-then-gossip, Cyffers et al. 2022); in FedSGD/FedAvg a client's upload is noised (the
@@ -32,7 +20,7 @@ class GaussianNoise(Defense):
     exact state.
 
     There is no clipping here, so the sensitivity is unbounded and no differential-privacy
-    guarantee follows (:meth:`accounting` says so).
+    guarantee follows (the mechanism's accounting says so).
 
     Parameters
     ----------
@@ -51,21 +39,9 @@ class GaussianNoise(Defense):
     examples = ({"sigma": 0.1}, {"sigma": 1.0})
 
     def __init__(self, sigma: float = 0.1, kinds: list[str] | None = None) -> None:
-        self.sigma = require_number(sigma, "defense.sigma")
-        self.kinds = check_kinds(kinds, "defense.kinds")
-        self._gen: torch.Generator | None = None
+        self.noise = MessageNoise(sigma=sigma, kinds=kinds)
+        self.sigma = self.noise.sigma
+        self.kinds = None if self.noise.kinds is None else list(self.noise.kinds)
 
-    def applies_to(self, name: str, protocol: Protocol) -> str | None:
-        return super().applies_to(name, protocol) or kinds_reason(self.kinds, protocol)
-
-    def outgoing(self, msgs: MessageBatch, ctx: RoundContext) -> MessageBatch:
-        if self.kinds is not None and msgs.kind not in self.kinds:
-            return msgs
-        p = msgs.payload
-        if self._gen is None or self._gen.device != p.device:
-            self._gen = self.generator("gaussian_noise", p.device)
-        noise = torch.randn(p.shape, generator=self._gen, device=p.device, dtype=p.dtype)
-        return msgs.with_payload(torch.add(p, noise, alpha=self.sigma))
-
-    def accounting(self) -> dict[str, Any]:
-        return {"epsilon": None, "note": "no clipping: unbounded sensitivity, no DP guarantee"}
+    def mechanisms(self) -> tuple[MessageNoise]:
+        return (self.noise,)

@@ -8,7 +8,8 @@ import torch
 
 from bench.defense.base import (
     DEFENSES,
-    RoundContext,
+    MessageContext,
+    NodeContext,
     RowwiseDefense,
     clip_rows,
     clip_scale,
@@ -95,19 +96,23 @@ class GradientClipping(RowwiseDefense):
         self.per_sample = per_sample  # the protocols then compute per-sample gradients
 
     def per_sample_gradients(
-        self, grads: torch.Tensor, mask: torch.Tensor, ctx: RoundContext
+        self, grads: torch.Tensor, mask: torch.Tensor, node: NodeContext
     ) -> torch.Tensor:
-        # the masked mean of clipped rows, with each row's scale folded into the mean's weights
-        # (no clipped copy of the [n, B, P] per-sample gradients is made)
-        scale = clip_scale(grads, self.max_norm)[..., 0]
+        # the masked mean of clipped rows, each row's scale folded into the mean's weights (no
+        # clipped copy of the [B, P] per-sample gradients is made)
         w = mask.to(grads.dtype)
-        return torch.einsum("nb,nbp->np", w * scale, grads) / w.sum(1, keepdim=True).clamp_min(1.0)
+        return ((w * clip_scale(grads, self.max_norm)[..., 0]) @ grads) / w.sum().clamp_min(1.0)
 
-    def transform(self, x: torch.Tensor, nodes: torch.Tensor | None) -> torch.Tensor:
+    def hooks_used(self) -> frozenset[str]:
+        used = super().hooks_used()
+        return (
+            (used - {"local_gradients"}) | {"per_sample_gradients"}
+            if self.per_sample
+            else used - {"per_sample_gradients"}
+        )
+
+    def transform(self, x: torch.Tensor, node: NodeContext | MessageContext) -> torch.Tensor:
         return clip_rows(x, self.max_norm)
-
-    def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        return grads if self.per_sample else super().local_gradients(grads, ctx)
 
     def accounting(self) -> dict[str, Any]:
         return {"epsilon": None, "note": "clipping without noise: bounded sensitivity, but no DP guarantee"}

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import torch
-
-from bench.defense.base import DEFENSES, Defense, RoundContext, clip_rows, require, require_number
-from bench.defense.privacy.accounting import DEFAULT_DELTA, epsilon_spent
-from bench.defense.privacy.muffliato import pairwise_network_dp, pndp_report
+from bench.defense.base import DEFAULT_DELTA, DEFENSES, Defense, PrivateDSGD
 
 
 @DEFENSES.register(
@@ -23,8 +19,10 @@ class MuffliatoDSGD(Defense):
     γ²σ²Δ² I)``, before the ``K`` gossip steps. ``σ`` is thus a noise multiplier.
 
     Accounting. Per round the half-step's sensitivity ``SγΔ`` (``S`` local steps) over the noise
-    ``γσΔ`` is ``S/σ``. Everything that leaves node ``u`` is a function of its noisy half-steps
-    (the gossip mixes them; the next half-step adds fresh noise to a gradient of ``u``'s data), so
+    ``γσΔ`` is ``S/σ``. The clipping, the noise and the accounting are the harness's
+    (:class:`~bench.defense.mechanisms.gossip.PrivateDSGD`). Everything that leaves node ``u``
+    is a function of its noisy half-steps (the gossip mixes them; the next half-step adds fresh
+    noise to a gradient of ``u``'s data), so
     by adaptive composition of ``T`` Gaussian mechanisms of noise multiplier ``σ/S`` every
     observer — a neighbour or a node any number of hops away — learns at most the local-DP loss:
     ``"epsilon"`` is that bound at ``δ``, by Opacus's RDP accountant (``q = 1``, ``T`` rounds as
@@ -67,49 +65,11 @@ class MuffliatoDSGD(Defense):
         alpha: float = 2.0,
         delta: float = DEFAULT_DELTA,
     ) -> None:
-        self.noise_multiplier = require_number(noise_multiplier, "defense.noise_multiplier")
-        self.clip_norm = require_number(clip_norm, "defense.clip_norm")
-        self.alpha = require_number(alpha, "defense.alpha")
-        ok = isinstance(delta, (int, float)) and not isinstance(delta, bool) and 0 < delta < 1
-        require(ok, "defense.delta", delta, "must be in (0, 1)")
-        self.delta = float(delta)
-        self._gen: torch.Generator | None = None
+        self.dsgd = PrivateDSGD(
+            noise_multiplier=noise_multiplier, clip_norm=clip_norm, alpha=alpha, delta=delta
+        )
+        self.noise_multiplier, self.clip_norm = self.dsgd.noise_multiplier, self.dsgd.clip_norm
+        self.alpha, self.delta = self.dsgd.alpha, self.dsgd.delta
 
-    @property
-    def sensitivity(self) -> float:
-        """``Δ = 2C``: the largest change of a clipped node gradient under replace-one."""
-        return 2.0 * self.clip_norm
-
-    def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        return clip_rows(grads, self.clip_norm)
-
-    def local_update(self, new: torch.Tensor, old: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        if self._gen is None or self._gen.device != new.device:
-            self._gen = self.generator("muffliato_dsgd", new.device)
-        lr = float(self.run.hyperparameters.get("lr", 1.0))
-        std = lr * self.noise_multiplier * self.sensitivity
-        noise = torch.randn(new.shape, generator=self._gen, device=new.device, dtype=new.dtype)
-        return new + std * noise
-
-    def accounting(self) -> dict[str, Any]:
-        local = float(self.run.local_steps or 1)
-        eps, used = epsilon_spent(self.noise_multiplier / local, 1.0, int(self.run.rounds), self.delta, "rdp")
-        out: dict[str, Any] = {
-            "epsilon": eps,
-            "delta": self.delta,
-            "accountant": used,
-            "unit": "node",
-            "relation": "replace one node's data",
-            "sampling_scheme": "every node in every round",
-            "sampling_accounted": "none (q = 1)",
-            "rounds": int(self.run.rounds),
-            "guarantee": "local DP of every noisy half-step: an upper bound towards every node, near or far",
-            "pairwise": "not computed over several rounds (a node's noise reaches non-neighbours "
-            "through later rounds); first_round: exact for round 0 alone",
-        }
-        if self.run.mixing is not None:
-            w = self.run.mixing.detach().cpu().double().numpy()
-            steps = int(self.run.hyperparameters.get("gossip_steps", 1))
-            f = pairwise_network_dp(w, steps, self.noise_multiplier, local, self.alpha)
-            out["first_round"] = pndp_report(f, w, self.alpha)
-        return out
+    def mechanisms(self) -> tuple[PrivateDSGD]:
+        return (self.dsgd,)

@@ -7,9 +7,8 @@ import torch
 from bench.defense.base import (
     DEFENSES,
     Defense,
-    MessageBatch,
+    MessageContext,
     Protocol,
-    RoundContext,
     check_kinds,
     kinds_reason,
     require,
@@ -50,18 +49,14 @@ class Quantization(Defense):
         require(isinstance(dithered, bool), "defense.dithered", dithered, "must be true or false")
         self.dithered = dithered
         self.kinds = check_kinds(kinds, "defense.kinds")
-        self._gen: torch.Generator | None = None
 
     def applies_to(self, name: str, protocol: Protocol) -> str | None:
         return super().applies_to(name, protocol) or kinds_reason(self.kinds, protocol)
 
-    def outgoing(self, msgs: MessageBatch, ctx: RoundContext) -> MessageBatch:
-        if self.kinds is not None and msgs.kind not in self.kinds:
-            return msgs
-        p = msgs.payload
+    def outgoing(self, payload: torch.Tensor, msg: MessageContext) -> torch.Tensor:
+        if self.kinds is not None and msg.kind not in self.kinds:
+            return payload
         if not self.dithered:
-            return msgs.with_payload(self.delta * torch.round(p / self.delta))
-        if self._gen is None or self._gen.device != p.device:
-            self._gen = self.generator("dither", p.device)
-        u = (torch.rand(p.shape, generator=self._gen, device=p.device, dtype=p.dtype) - 0.5) * self.delta
-        return msgs.with_payload(self.delta * torch.round((p + u) / self.delta) - u)
+            return self.delta * torch.round(payload / self.delta)
+        u = (torch.rand_like(payload) - 0.5) * self.delta  # the sender's own draw, fresh per row and call
+        return self.delta * torch.round((payload + u) / self.delta) - u

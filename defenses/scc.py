@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Literal
 
 import torch
@@ -10,12 +9,10 @@ import torch
 from bench.defense.base import (
     ALL_THREATS,
     DEFENSES,
-    Aggregator,
     Defense,
-    MessageBatch,
+    MessageContext,
+    NodeContext,
     Protocol,
-    RoundContext,
-    column_blocks,
     norm_scale,
     require,
     require_number,
@@ -35,11 +32,11 @@ class SelfCenteredClipping(Defense):
 
     which for a row-stochastic ``W`` (every mixing rule here) is
     ``x_v⁺ = x_v + Σ_{u ∈ N(v)} W_vu CLIP(m_u − x_v, τ_v)``; ``τ = ∞`` is plain gossip
-    ``x⁺ = W x``. Implemented through ``wrap_aggregation``: each delivery ``u → v`` is replaced by
-    ``x_v + CLIP(m_u − x_v, τ_v)`` and handed to the protocol's own mixing rule (so the weights
-    ``W`` stay the protocol's), all deliveries at once, a block of columns at a time (the
-    ``[E, P]`` per-delivery temporaries stay small; gossip mixing acts on each column on its
-    own); when no delivery is clipped the protocol's rule runs unchanged.
+    ``x⁺ = W x``. Implemented as the receive side's per-message decoding (:meth:`decode`): each
+    delivery ``u → v`` becomes ``x_v + CLIP(m_u − x_v, τ_v)`` (``x_v``: the receiver's own row,
+    ``msg.own``) and the protocol's own mixing rule combines them, so the weights ``W`` stay the
+    protocol's; the adaptive radius is the receiver's statistic of all its deliveries
+    (:meth:`receive_statistic`).
 
     A robust-aggregation defense against *active* neighbours (a Byzantine message moves node ``v`` by
     at most ``W_vu τ`` per gossip step). It changes no transmitted message: what a passive neighbour or an
@@ -106,49 +103,25 @@ class SelfCenteredClipping(Defense):
             "neighbours' models: self-centered clipping is a gossip rule (D-PSGD, gossip averaging)"
         )
 
-    def radius(self, dist: torch.Tensor, receivers: torch.Tensor, n: int) -> torch.Tensor:
-        """``τ_v`` of each delivery's receiver ``[E, 1]``: the fixed τ, or per receiver the
-        ``(b+1)``-th largest of its deliveries' distances ``dist [E]`` (``b = min(clipped,
-        deg − 1)``), by one padded sort over all receivers."""
+    def receive_statistic(
+        self, own: torch.Tensor, payloads: torch.Tensor, mask: torch.Tensor, node: NodeContext
+    ) -> torch.Tensor:
+        """``τ_v`` ``[1]``: the fixed τ, or the ``(b+1)``-th largest distance ``‖m_u − x_v‖`` of
+        the receiver's deliveries (``b = min(clipped, deg − 1)``)."""
         if self.tau != "adaptive":
-            return torch.full((len(dist), 1), float(self.tau), dtype=dist.dtype, device=dist.device)
+            return torch.full((1,), float(self.tau), dtype=own.dtype, device=own.device)
         assert self.clipped is not None
-        order = torch.argsort(receivers, stable=True)
-        recv = receivers[order]
-        degree = torch.bincount(receivers, minlength=n)
-        start = torch.cumsum(degree, 0) - degree
-        slot = torch.arange(len(recv), device=recv.device) - start[recv]
-        padded = torch.full((n, int(degree.max())), -torch.inf, dtype=dist.dtype, device=dist.device)
-        padded[recv, slot] = dist[order]
-        rank = (degree - 1).clamp(min=0, max=self.clipped)
-        tau_v = padded.sort(dim=1, descending=True).values.gather(1, rank[:, None])
-        return tau_v[receivers]
+        dist = torch.linalg.vector_norm(payloads - own, dim=-1)
+        dist = torch.where(mask, dist, torch.full_like(dist, -torch.inf))
+        rank = (mask.sum() - 1).clamp(min=0, max=self.clipped)
+        return dist.sort(descending=True).values.gather(0, rank.reshape(1))
 
-    def wrap_aggregation(self, aggregate: Aggregator, ctx: RoundContext) -> Aggregator:
-        def clipped_gossip(own: torch.Tensor, delivered: MessageBatch) -> torch.Tensor:
-            if len(delivered) == 0:
-                return aggregate(own, delivered)
-            rows, receivers = delivered.edges[:, 0], delivered.edges[:, 1]
-            blocks = column_blocks(own.shape[1], len(rows))
-            # ‖m_u − x_v‖ of every delivery, accumulated over column blocks ([E, block] temporaries)
-            sq = own.new_zeros(len(rows))
-            for cols in blocks:
-                sq += (_rows(delivered.payload, rows, cols) - _rows(own, receivers, cols)).square().sum(1)
-            dist = sq.sqrt()[:, None]
-            scale = norm_scale(dist, self.radius(dist[:, 0], receivers, own.shape[0]))
-            if not bool((scale < 1).any()):
-                return aggregate(own, delivered)
-            per_edge = torch.stack([torch.arange(len(rows), device=rows.device), receivers], dim=1)
-            out = torch.empty_like(own)
-            for cols in blocks:  # mixing acts on each column on its own
-                m = _rows(delivered.payload, rows, cols)
-                # x_v + s (m − x_v) written as m + (s − 1)(m − x_v): m exactly where s = 1
-                m.addcmul_(m - _rows(own, receivers, cols), scale - 1)
-                msgs = replace(delivered, payload=m, senders=delivered.senders[rows], edges=per_edge)
-                out[:, cols] = aggregate(own[:, cols], replace(msgs, node_broadcast=False))
-            return out
-
-        return clipped_gossip
+    def decode(self, payload: torch.Tensor, msg: MessageContext) -> torch.Tensor:
+        assert msg.own is not None and msg.statistic is not None
+        diff = payload - msg.own
+        scale = norm_scale(torch.linalg.vector_norm(diff, dim=-1, keepdim=True), msg.statistic)
+        # x_v + s (m − x_v) written as m + (s − 1)(m − x_v): m exactly where s = 1
+        return payload + (scale - 1) * diff
 
     def adaptive_knowledge(self) -> dict[str, Any]:
         return {
@@ -160,8 +133,3 @@ class SelfCenteredClipping(Defense):
             else "tau_v = the (clipped+1)-th largest ||m_u - x_v|| over v's neighbours",
             "messages_changed": False,
         }
-
-
-def _rows(x: torch.Tensor, index: torch.Tensor, cols: slice) -> torch.Tensor:
-    """``x[index, cols]`` as a new contiguous tensor (``index_select``: faster than fancy indexing)."""
-    return x[:, cols].index_select(0, index)

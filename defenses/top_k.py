@@ -8,6 +8,8 @@ import torch
 
 from bench.defense.base import (
     DEFENSES,
+    MessageContext,
+    NodeContext,
     RowwiseDefense,
     RunInfo,
     require,
@@ -35,9 +37,9 @@ class TopK(RowwiseDefense):
     the top ``p`` are sent; the threshold is taken exactly here, not from DGC's sample).
 
     With ``accumulate=True`` the pruned coordinates are not lost but carried over (DGC's local
-    gradient accumulation, §3.1 and Alg. 1): node ``v`` keeps a residual ``r_v`` (0 at the start),
-    uses ``s = TOPK(g + r_v)`` and sets ``r_v ← g + r_v − s``. The first round is identical with or
-    without accumulation (the residual is zero).
+    gradient accumulation, §3.1 and Alg. 1): node ``v`` keeps a residual ``r_v`` (0 at the start;
+    its state, held by the harness), uses ``s = TOPK(g + r_v)`` and sets ``r_v ← g + r_v − s``.
+    The first round is identical with or without accumulation (the residual is zero).
 
     Where it acts (``on``):
 
@@ -99,23 +101,25 @@ class TopK(RowwiseDefense):
             "the residual is a node's own: accumulate only with on=gradients or on=update",
         )
         self.accumulate = accumulate
-        self._residual: torch.Tensor | None = None
 
     def bind(self, run: RunInfo) -> None:
         super().bind(run)
-        self._residual = None
+        self.width = run.n_params
 
-    def transform(self, x: torch.Tensor, nodes: torch.Tensor | None) -> torch.Tensor:
+    def init_state(self, node: NodeContext) -> dict[str, torch.Tensor]:
+        if not self.accumulate:
+            return {}
+        return {"residual": torch.zeros(self.width, dtype=self.run.dtype, device=self.run.device)}
+
+    def transform(
+        self, x: torch.Tensor, node: NodeContext | MessageContext
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
         k = top_k_count(x.shape[-1], self.k, self.fraction)
         if not self.accumulate:
             return top_k_rows(x, k)
-        if self._residual is None or self._residual.shape[1] != x.shape[1]:
-            self._residual = torch.zeros(self.run.n_nodes, x.shape[1], dtype=x.dtype, device=x.device)
-        rows = slice(None) if nodes is None else nodes
-        v = x + self._residual[rows]
+        v = x + node.state["residual"]
         sent = top_k_rows(v, k)
-        self._residual[rows] = v - sent
-        return sent
+        return sent, {"residual": v - sent}
 
     def adaptive_knowledge(self) -> dict[str, Any]:
         return {

@@ -3,17 +3,18 @@ per-node reference.
 
 What is compared
 ----------------
-Each defense's hook on stacked tensors of all nodes, called exactly as a protocol calls it,
-against the straightforward formulation that loops over nodes (and, for per-sample clipping,
-over samples), measured in the same process on the same inputs:
+Each defense's per-node hook run over all nodes by the harness (``vmap``,
+:mod:`bench.defense.runner`), called exactly as a protocol calls it, against the straightforward
+formulation that loops over nodes (and, for per-sample clipping, over samples), measured in the
+same process on the same inputs:
 
 * ``top_k`` (``local_gradients``): ``[N, P]`` gradients, keep ``k = ⌈0.01 P⌉`` per node — one
   ``topk`` + ``scatter`` — against, per node, ``topk`` of the row and a new zero row filled in.
 * ``gradient_clipping`` per sample (``per_sample_gradients``): ``[N, B, P]`` per-sample
   gradients with a mask — one norm, scale and masked mean — against, per node and per real
   sample, ``g · min(1, C/‖g‖)`` accumulated and divided by the count.
-* ``scc`` (``wrap_aggregation`` around the D-PSGD mixing of a torus, fixed τ and adaptive τ):
-  all deliveries clipped at once and mixed by the protocol's own rule — against, per node, a
+* ``scc`` (``decode`` of every delivery of the D-PSGD mixing of a torus, fixed τ and adaptive τ,
+  then the protocol's own rule): all deliveries clipped at once — against, per node, a
   loop over its neighbours (``x_v + CLIP(m_u − x_v, τ_v)`` weighted by ``W_vu``, τ_v from the
   sorted neighbour distances). The plain mixing ``W x`` is timed too (SCC's overhead).
 
@@ -34,11 +35,13 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from bench.defense.hooks import RoundContext, RunInfo
-from bench.defense.plugin import build_defense
+from bench.defense.loading import build_defense
+from bench.defense.runner import NodeRunner
 from bench.simulation.messages import MessageBatch
 from bench.simulation.mixing_op import GossipMixer
 from bench.topology import build_graph, mixing_matrix
@@ -99,6 +102,13 @@ def scc_loop(W: torch.Tensor, x: torch.Tensor, m: torch.Tensor, tau: float | Non
     return out
 
 
+def bound(defense: Any, info: RunInfo) -> NodeRunner:
+    """The plugin as the harness runs it: its per-node hooks over stacked nodes."""
+    runner = NodeRunner(defense)
+    runner.bind(info, 0)
+    return runner
+
+
 # ------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -121,14 +131,15 @@ def main(argv: list[str] | None = None) -> None:
 
     g = torch.randn(n, p, generator=gen)
     k = math.ceil(0.01 * p)
-    top_k = build_defense("top_k", {"fraction": 0.01}, ROOT)
+    info = RunInfo(n, p, "dpsgd", ("model",), 1, 1, 1, None, (1,) * n, torch.float32, torch.device("cpu"))
+    top_k = bound(build_defense("top_k", {"fraction": 0.01}, ROOT), info)
     fast, a = best_of(args.repeats, lambda: top_k.local_gradients(g, RoundContext(0)))
     slow, b = best_of(args.repeats, lambda: top_k_loop(g, k))
     row(f"top_k fraction=0.01 (k={k}) [N, P]", fast, slow, float((a - b).abs().max()))
 
     gs = torch.randn(n, batch, p, generator=gen)
     mask = torch.rand(n, batch, generator=gen) < 0.8
-    clip = build_defense("gradient_clipping", {"max_norm": 50.0, "per_sample": True}, ROOT)
+    clip = bound(build_defense("gradient_clipping", {"max_norm": 50.0, "per_sample": True}, ROOT), info)
     fast, a = best_of(args.repeats, lambda: clip.per_sample_gradients(gs, mask, RoundContext(0)))
     slow, b = best_of(args.repeats, lambda: per_sample_clip_loop(gs, mask, 50.0))
     row(f"gradient_clipping per sample [N, {batch}, P]", fast, slow, float((a - b).abs().max()))
@@ -143,12 +154,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'plain mixing W x (for reference)':<44} {plain * 1e3:9.2f} ms")
     typical = float((msgs.payload[edges[:, 0]] - x[edges[:, 1]]).norm(dim=1).median())
     for params, tau in (({"tau": typical}, typical), ({"tau": "adaptive"}, None)):
-        scc = build_defense("scc", params, ROOT)
-        scc.bind(
-            RunInfo(0, n, p, "dpsgd", ("model",), 1, 1, 1, None, (1,) * n, torch.float32, torch.device("cpu"))
-        )
-        aggregate = scc.wrap_aggregation(mixer.mix, RoundContext(0))
-        fast, a = best_of(args.repeats, lambda agg=aggregate: agg(x, msgs))
+        scc = bound(build_defense("scc", params, ROOT), info)
+
+        def aggregate(h: NodeRunner = scc) -> torch.Tensor:
+            per_edge = msgs.per_edge()
+            decoded = h.decode(per_edge, x, per_edge.receivers, RoundContext(0))
+            return mixer.mix(x, per_edge.with_payload(decoded))
+
+        fast, a = best_of(args.repeats, aggregate)
         slow, b = best_of(args.repeats, lambda tau=tau: scc_loop(W, x, msgs.payload, tau))
         label = f"scc tau={'adaptive' if tau is None else f'{tau:.2f}'} torus-{n}"
         row(label, fast, slow, float((a - b).abs().max()))

@@ -49,7 +49,7 @@ from opacus.optimizers import DPOptimizer
 
 from bench.data.stacked import NodeBatch
 from bench.defense.hooks import RoundContext
-from bench.defense.plugin import build_defense
+from bench.defense.loading import build_defense
 from bench.simulation.engine import Simulation
 from performance.engine import (
     ReferenceDPSGD,

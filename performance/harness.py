@@ -18,13 +18,11 @@ leakages) — the isolation changes where code runs, not what it computes. The g
 defense-aware variants (``+oracle``) are off in this comparison: their queries to the defense
 oracle need the process boundary they are relayed across.
 
-With ``--audit`` the two ways are instead the isolated jobs *with* the trust checks — the channel
-audit (the aggregations logged and replayed by a fresh defense in an audit process,
-:mod:`bench.evaluation.audit`), the row-locality check of the send-side hooks
-(:mod:`bench.simulation.row_locality`) and the generic defense-aware attack variants that query
-the defense oracle (:mod:`bench.evaluation.oracle`) — and the same isolated jobs without them: the
-overhead is what the checks and the oracle cost (target: at most 25 %). The numbers are then
-compared on the attacks both ways ran.
+With ``--audit`` the two ways are instead the isolated jobs *with* the generic defense-aware
+attack variants that query the defense oracle (:mod:`bench.evaluation.oracle`) and the same
+isolated jobs without them: the overhead is what the oracle costs (the per-node execution of
+defenses is how every job runs, not a check to switch off). The numbers are then compared on the
+attacks both ways ran.
 
 With ``--budget`` the measure is the one the trust checks are budgeted against: the whole quick
 suite run as ``python -m bench evaluate --jobs 2`` runs it (:func:`bench.evaluation.grid.run_grid`,
@@ -66,9 +64,6 @@ from bench.spec.catalog import Catalog, bench_root
 
 #: the switches of the trust checks in :mod:`bench.evaluation.job`, and their values when off
 CHECKS_OFF: dict[str, Any] = {
-    "DEFAULT_BUDGET": None,
-    "ROW_LOCALITY_RATE": None,
-    "AUDIT_CALLS": None,
     "GENERIC_VARIANTS": False,
 }
 
@@ -87,8 +82,8 @@ def _switched(values: dict[str, Any]) -> Iterator[None]:
 
 
 def checks_off(off: bool = True) -> Any:
-    """The trust checks (channel audit, row-locality, generic variants) off for the block when
-    ``off``; restored after it either way."""
+    """The trust checks that cost time (the generic defense-aware variants; per-node execution
+    is not switchable) off for the block when ``off``; restored after it either way."""
     return _switched(CHECKS_OFF if off else {})
 
 
@@ -119,9 +114,9 @@ def run_both(
             for mode in order:
                 if not audit:  # the in-process way calls the workers' functions directly
                     job._isolated = isolated_fn if mode == "iso" else _inline
-                # with --audit, "ref" is the same isolated job without the audit, row-locality and
-                # oracle; without it, the generic variants are off both ways (their oracle queries
-                # need a process to relay them)
+                # with --audit, "ref" is the same isolated job without the generic variants;
+                # without it, they are off both ways (their oracle queries need a process to relay
+                # them)
                 with checks_off(mode == "ref") if audit else _generic_off():
                     start = time.perf_counter()
                     r = job.run_job(j, root, threads=threads, data_cache=cache, pool=pool)
@@ -174,19 +169,18 @@ def budget(jobs: list[job.Job], root: Any) -> None:
     print_split(pairs)
     t_on, t_off = walls[True], walls[False]
     print(f"\nwall time with the checks {t_on:.1f} s, without {t_off:.1f} s")
-    print(f"overhead of audit + oracle: {t_on / t_off - 1:+.1%} (budget: +25.0 %)")
+    print(f"overhead of the generic variants: {t_on / t_off - 1:+.1%}")
     same = sum(same_numbers(a, b) for a, b in pairs)
     generic = sum(1 for r in on if r is not None for a in r.attacks if a.attack.endswith("+oracle"))
     print(f"same utility and leakages both ways: {same}/{len(pairs)} jobs; generic variants run: {generic}")
 
 
 def job_time_split(result: Any) -> dict[str, float]:
-    """Where one job's time went: the simulation (with the checks: the aggregation log and the
-    row-locality check; the channel audit follows it before the utility is measured), and the
-    generic defense-aware variants' attack time by family (gradient inversion against membership
-    inference: reference worlds trained under the defense)."""
+    """Where one job's time went: the simulation, and the generic defense-aware variants' attack
+    time by family (gradient inversion against membership inference: reference worlds trained
+    under the defense)."""
     m = result.metrics or {}
-    out = {"simulation + audit": float(m.get("simulation_s", 0.0))}
+    out = {"simulation": float(m.get("simulation_s", 0.0))}
     for a in result.attacks:
         if a.attack.endswith("+oracle"):
             family = "membership +oracle" if a.attack.startswith("membership") else "inversion +oracle"

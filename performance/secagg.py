@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from bench.defense.plugin import build_defense
+from bench.defense.loading import build_defense
 from bench.defense.secagg import SecureAggregator, check_sum_range, decode, encode
 from bench.defense.secagg.keys import agree, session_keys
 from bench.results.provenance import cpu_model

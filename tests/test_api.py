@@ -12,7 +12,8 @@ import pytest
 
 import bench
 from bench.core.errors import BenchInputError
-from bench.defense.plugin import DEFENSES, Defense, load_defense_module
+from bench.defense.base import DEFENSES, Defense
+from bench.defense.loading import load_defense_module
 from bench.leaderboard.ranking import tables_by_track
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ MODULE = '''
 
 import torch
 
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
 @DEFENSES.register("api_test_noise", "Gaussian noise on messages (API test)")
@@ -33,10 +34,8 @@ class ApiTestNoise(Defense):
     def __init__(self, scale: float = 0.1) -> None:
         self.scale = float(scale)
 
-    def outgoing(self, msgs, ctx):
-        g = self.generator("api_test_noise", msgs.payload.device)
-        noise = torch.randn(msgs.payload.shape, generator=g, dtype=msgs.payload.dtype)
-        return msgs.with_payload(msgs.payload + self.scale * noise)
+    def outgoing(self, payload, msg):
+        return payload + self.scale * torch.randn_like(payload)
 '''
 
 

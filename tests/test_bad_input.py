@@ -357,17 +357,24 @@ def test_a_root_without_tasks_and_a_suite_naming_a_missing_task(tmp_path, capsys
     ("case", "source", "expected"),
     [
         ("syntax error", "def oops(:\n", "SyntaxError"),
-        ("raises at import", "raise RuntimeError('kaboom')\n", "kaboom"),
+        # the plugin rules leave a module only constants to compute at import: one can still raise
+        ("raises at import", "RATE = 1 / 0\n", "ZeroDivisionError: division by zero"),
         ("non-UTF-8 bytes", b"\xff\xfe not python\n", "utf-8"),
         (
             "takes another defense's name",
-            "from bench.defense.plugin import DEFENSES, Defense\n"
+            "from bench.defense.base import DEFENSES, Defense\n"
             "@DEFENSES.register('none', 'x')\nclass N(Defense):\n    pass\n",
             "registers none",
         ),
         ("registers nothing", "x = 1\n", "registers no defense"),
-        ("exits at import", "import sys\nsys.exit(0)\n", "called sys.exit(0) at import"),
-        ("exits with a message", "raise SystemExit('bye')\n", "called sys.exit('bye') at import"),
+        # a plugin cannot reach sys.exit at import: the plugin rules refuse it before it runs
+        ("exits at import", "import sys\nsys.exit(0)\n", "broken.py:1 breaks the plugin rules: 'import sys'"),
+        (
+            "exits with a message",
+            "raise SystemExit('bye')\n",
+            "broken.py:1 breaks the plugin rules: a plugin's module holds imports, functions, classes and "
+            "constants, not Raise",
+        ),
     ],
 )
 def test_a_broken_plugin_is_one_line_and_does_not_break_the_rest(tmp_path, capsys, case, source, expected):
@@ -385,7 +392,7 @@ def test_a_broken_plugin_is_one_line_and_does_not_break_the_rest(tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_a_plugin_calling_sys_exit_does_not_end_list_silently(tmp_path):
+def test_a_plugin_reaching_for_sys_exit_does_not_end_list_silently(tmp_path):
     root = make_root(tmp_path)
     (root / "defenses" / "exits.py").write_text("import sys\nsys.exit(0)\n")
     proc = subprocess.run(
@@ -397,7 +404,8 @@ def test_a_plugin_calling_sys_exit_does_not_end_list_silently(tmp_path):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tiny" in proc.stdout and "gaussian_noise" in proc.stdout  # the rest is listed
-    assert "exits.py does not load: it called sys.exit(0) at import" in proc.stderr
+    # refused by the plugin rules before any of it runs (it never reaches sys.exit)
+    assert "exits.py:1 breaks the plugin rules: 'import sys'" in proc.stderr
 
 
 def test_a_broken_task_file_does_not_hide_the_other_tasks(tmp_path, capsys):
@@ -435,7 +443,7 @@ def test_a_failing_job_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     """A defense that raises inside a round fails its own job, with the reason; the others run."""
     root = make_root(tmp_path)
     (root / "defenses" / "faulty.py").write_text(
-        "from bench.defense.plugin import DEFENSES, Defense\n"
+        "from bench.defense.base import DEFENSES, Defense\n"
         "@DEFENSES.register('faulty', 'raises in round 2')\n"
         "class Faulty(Defense):\n"
         "    def outgoing(self, msgs, ctx):\n"

@@ -165,9 +165,15 @@ class Attack(ABC):
         It needs a model whose first layer is a ``Linear`` with bias on the flattened input.
     one_sample:
         It needs one sample per observed gradient (``batch_size = 1``, or one sample per node).
+    per_round:
+        It attacks each round of its ``rounds`` parameter on its own (one reconstruction per
+        victim and round): a job also runs it on rounds drawn after the fact
+        (:mod:`bench.evaluation.rounds`, label ``<name>+later``), and — where it reads FedSGD
+        uploads and :meth:`window_params` says how — on the uploads of consecutive rounds
+        averaged (``<name>+window``).
 
-    The last four say where the attack applies: :mod:`bench.attacks.applicability` reads them to
-    list, per track, the registered attacks that apply and are not run.
+    The four before ``per_round`` say where the attack applies: :mod:`bench.attacks.applicability`
+    reads them to list, per track, the registered attacks that apply and are not run.
     """
 
     threats: ClassVar[tuple[str, ...]] = ()
@@ -177,6 +183,13 @@ class Attack(ABC):
     models: ClassVar[tuple[str, ...]] = ()
     first_layer: ClassVar[bool] = False
     one_sample: ClassVar[bool] = False
+    per_round: ClassVar[bool] = False
+
+    def window_params(self, threat: str, protocol: str) -> dict[str, Any] | None:
+        """The parameter overrides that make this configuration read each client's uploads of
+        consecutive rounds averaged (:func:`~bench.attacks.observe.gradients.window_targets`) on a
+        track of ``threat`` under ``protocol``, or ``None`` where it has no such reading."""
+        return None
 
     @abstractmethod
     def requirements(self) -> Requirement:

@@ -251,7 +251,7 @@ def fig10_run(
 )
 def c9(scale: str) -> Measured:
     from bench.attacks.model_recovery.sybil import sybil_models
-    from bench.defense.plugin import build_defense
+    from bench.defense.loading import build_defense
     from bench.spec.catalog import bench_root
 
     plain = fig10_run()

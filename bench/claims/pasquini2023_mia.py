@@ -266,7 +266,7 @@ def c19(scale: str) -> Measured:
     (honest, honest+SCC, echo, echo+SCC), τ = 0.01: (0.673, 0.946, 0.886, 0.949), (0.592, 0.872,
     0.763, 0.884), (0.680, 0.936, 0.848, 0.943), (0.656, 0.907, 0.758, 0.921); τ = 0.1: (0.673, 0.678,
     0.886, 0.790), … — there SCC *lowers* the echo's AUC; τ = 1 changes nothing (nothing clipped)."""
-    from bench.defense.plugin import build_defense
+    from bench.defense.loading import build_defense
     from bench.spec.catalog import bench_root
 
     root = bench_root(None)

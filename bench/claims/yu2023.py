@@ -33,7 +33,7 @@ def attack_error(
     ``t_max`` rounds (one-step solver, μ = 0.1, σ_z² = 1 unless ``params`` say otherwise);
     ``attack`` holds the attack's parameters (``rounds`` = the attacked differences)."""
     from bench.attacks import build_attack
-    from bench.defense.plugin import build_defense
+    from bench.defense.loading import build_defense
     from bench.simulation import Simulation
     from bench.spec.catalog import bench_root
     from bench.threats import build_threat

@@ -111,7 +111,8 @@ def _ray_options(args: argparse.Namespace) -> Any:
 #: what the markers of the terminal tables mean (:func:`bench.leaderboard.site.text.format_table`)
 TABLE_LEGEND = (
     "rank — : not ranked (utility below the floor, a threat model the defense does not claim, a job "
-    "refused by the channel audit, no successful seed, or a track that is not ranked: see its line)\n"
+    "refused (the defense broke the per-node contract), an ε the attacks refute, no successful seed, "
+    "or a track that is not ranked: see its line)\n"
     "defense * : on the track's Pareto front of privacy and utility\n"
     "ε — : no DP guarantee claimed against this threat model; ε lb ! : the attacks' empirical lower "
     "bound exceeds the claimed ε\n"

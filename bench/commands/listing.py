@@ -17,7 +17,8 @@ from bench.core.errors import BenchInputError
 def _catalogues(root: Path | None = None) -> dict[str, Any]:
     from bench.attacks import ATTACKS
     from bench.data import DATASETS, PARTITIONS
-    from bench.defense.plugin import DEFENSES, load_all_defenses
+    from bench.defense.loading import load_all_defenses
+    from bench.defense.plugin import DEFENSES
     from bench.metrics import METRICS
     from bench.models import MODELS
     from bench.protocols import PROTOCOLS

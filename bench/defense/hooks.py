@@ -1,9 +1,14 @@
-"""The hook points of the defense contract, and the active-adversary hook.
+"""The hook points every protocol calls, on stacked tensors: the harness side of the defense
+contract, and the active-adversary hook.
 
-Every protocol calls the same hooks at the same points of a round; a defense overrides the ones
-it needs. Hooks run in the simulation process only, on stacked tensors of all (sampled) nodes at
-once. Each hook's docstring says when it is called (``Called``) and what it returns
-(``Returns``); ``docs/hooks.md`` is the table generated from them (``python -m bench.leaderboard.site.docs``).
+Every protocol calls the same hooks at the same points of a round, on the stacked tensors of all
+(sampled) nodes at once: :class:`DefenseHooks`. This is bench's own interface, not a plugin's: a
+defense plugin writes its hooks for one node (:class:`bench.defense.plugin.Defense`) and the
+harness's :class:`~bench.defense.runner.NodeRunner` implements these stacked hooks by running the
+plugin's over every node with ``torch.func.vmap`` and then the harness's mechanisms
+(:mod:`bench.defense.mechanisms`). The protocols, the defense oracle and the reference worlds
+see only this interface. ``docs/hooks.md`` is the table of the plugin's hooks, generated from
+their docstrings (``python -m bench.leaderboard.site.docs``).
 
 A second hook point for *active adversaries* (:class:`AdversaryPolicy`) substitutes the
 messages of corrupt nodes after the defense ran (an attacker does not apply the defense).
@@ -11,7 +16,7 @@ messages of corrupt nodes after the defense ran (an attacker does not apply the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -23,13 +28,14 @@ from bench.simulation.messages import MessageBatch
 #: their own state (each protocol documents its rule in its ``Hooks`` section; ``docs/hooks.md``).
 Aggregator = Callable[[torch.Tensor, MessageBatch], torch.Tensor]
 
-#: the hook names of :class:`DefenseHooks` (what a protocol declares it calls)
+#: the hook points a protocol declares it calls (``decode``: the receive side of every
+#: aggregation — a plugin's per-message decoding and a mechanism's wrapped rule)
 HOOK_NAMES: tuple[str, ...] = (
     "per_sample_gradients",
     "local_gradients",
     "local_update",
     "outgoing",
-    "wrap_aggregation",
+    "decode",
     "should_stop",
 )
 
@@ -38,11 +44,12 @@ HOOK_NAMES: tuple[str, ...] = (
 class RunInfo:
     """What a defense is told about the run when it is bound (all public facts of the run).
 
+    The seed is not among them: a defense's randomness comes from streams the harness seeds
+    (:mod:`bench.defense.runner`), so no call can tell the run from a check or the defense oracle
+    by its seed.
+
     Attributes
     ----------
-    seed:
-        The run's seed (derive the defense's own random streams from it, e.g. with
-        :func:`bench.data.stacked.derive_seed`).
     n_nodes, n_params:
         Number of nodes and of model parameters ``P``.
     protocol:
@@ -68,7 +75,6 @@ class RunInfo:
         e.g. FedAvg's ``client_fraction``).
     """
 
-    seed: int
     n_nodes: int
     n_params: int
     protocol: str
@@ -86,6 +92,25 @@ class RunInfo:
     hyperparameters: dict[str, Any] = field(default_factory=dict)
 
 
+def run_info_to_wire(run: RunInfo) -> dict[str, Any]:
+    """``run`` as plain data (:mod:`bench.core.wire`): what crosses from the simulation process
+    to the defense oracle, which binds its defense instances with the very same facts."""
+    out: dict[str, Any] = {f: getattr(run, f) for f in run.__dataclass_fields__}
+    out["dtype"], out["device"] = str(run.dtype).removeprefix("torch."), str(run.device)
+    out["kinds"], out["counts"] = list(run.kinds), list(run.counts)
+    out["param_sizes"], out["hyperparameters"] = list(run.param_sizes), dict(run.hyperparameters)
+    return out
+
+
+def run_info_from_wire(data: dict[str, Any]) -> RunInfo:
+    """The :class:`RunInfo` of :func:`run_info_to_wire`'s plain data."""
+    fields = dict(data)
+    fields["dtype"], fields["device"] = getattr(torch, str(data["dtype"])), torch.device(str(data["device"]))
+    fields["kinds"], fields["counts"] = tuple(data["kinds"]), tuple(int(c) for c in data["counts"])
+    fields["param_sizes"] = tuple(int(c) for c in data["param_sizes"])
+    return RunInfo(**fields)
+
+
 @dataclass(frozen=True)
 class RoundContext:
     """Where a hook is called: the round, the local (or gossip) step within it, and the node ids
@@ -97,70 +122,45 @@ class RoundContext:
 
 
 class DefenseHooks:
-    """Identity hooks; a defense overrides the ones it needs.
+    """The stacked hooks every protocol calls, identities by default (bench's side: a plugin's
+    per-node hooks are run through :class:`~bench.defense.runner.NodeRunner`, the harness's
+    mechanisms are subclasses of :class:`~bench.defense.mechanisms.base.MechanismHooks`).
+
+    Rows of the tensors are the nodes of ``ctx.nodes`` (all nodes, in order, when ``None``).
 
     Class attributes
     ----------------
     per_sample:
-        Ask protocols for per-sample gradients (costs a second ``vmap`` per gradient
-        evaluation), passed to :meth:`per_sample_gradients`.
+        Ask protocols for per-sample gradients ``[n, B, P]`` (:meth:`per_sample_gradients`).
     weighted_per_sample:
-        The defense's reduction is a weighted sum with weights from the per-sample gradient
-        norms, ``per_sample_gradients(g) = sample_sum(Σ_j w_j g_j)``, ``w = sample_weights(‖g‖)``
-        (per-sample clipping): the engine may then compute it without forming ``g``
-        (``bench.simulation.per_sample``); the defense overrides the two parts, not the whole.
+        The reduction is ``sample_sum(Σ_j w_j g_j)`` with ``w = sample_weights(‖g_j‖)``
+        (per-sample clipping): the engine may compute it without forming the per-sample
+        gradients (``bench.simulation.per_sample``).
     """
 
     per_sample: ClassVar[bool] = False
     weighted_per_sample: ClassVar[bool] = False
 
     def protocol_overrides(self, protocol: str) -> dict[str, Any]:
-        """Protocol parameters the defense sets (e.g. PDMM's ``solver``/``k_max``), merged into the
-        task's ``protocol_params`` before the protocol is built, so the protocol's own
-        validation applies. Never assign a protocol's attributes directly.
-
-        Called
-        ------
-        With the protocol's registered name: by the probe (the parent learns the run's real
-        parameters) and by the simulation before it builds the protocol.
-
-        Returns
-        -------
-        ``{parameter: value}``; default: empty.
-        """
+        """Protocol parameters to merge into the task's ``protocol_params`` before the protocol
+        is built (the protocol validates them). Default: none."""
         return {}
 
-    def bind(self, run: RunInfo) -> None:
-        """Told the run's public facts (:class:`RunInfo`: seed, sizes, protocol, message kinds,
-        batch plan, local set sizes, graph and mixing matrix) to plan noise and accounting.
+    def bind(self, run: RunInfo, seed: int = 0) -> None:
+        """Told the run's public facts and its seed (the seed stays on bench's side: a plugin is
+        bound with ``run`` only), once, before the first round."""
 
-        Called
-        ------
-        Once, when the simulation is built, before the first round.
-
-        Returns
-        -------
-        Nothing (:class:`~bench.defense.plugin.Defense` keeps ``run`` as ``self.run``).
-        """
+    def active_hooks(self) -> frozenset[str]:
+        """The hook points (:data:`HOOK_NAMES`) where these hooks do anything: where the engine
+        must call them (a fused local step or PDMM's lean edge state are used elsewhere)."""
+        return overridden_hooks(self)
 
     def per_sample_gradients(
         self, grads: torch.Tensor, mask: torch.Tensor, ctx: RoundContext
     ) -> torch.Tensor:
-        """Reduce per-sample gradients ``grads [n, B, P]`` (``mask [n, B]``: real samples) to
-        per-node gradients.
-
-        Called
-        ------
-        At every gradient evaluation of a protocol that trains (each local step, each inner
-        solver step, each FedSGD upload), only when the defense sets ``per_sample = True``;
-        before :meth:`local_gradients`.
-
-        Returns
-        -------
-        ``[n, P]``. Default: the masked mean ``Σ_j m_j g_j / max(1, Σ_j m_j)`` (the gradient of
-        the mean minibatch loss); with :attr:`weighted_per_sample`, ``sample_sum(Σ_j w_j g_j, …)``
-        with ``w = sample_weights(‖g_j‖₂, …)``.
-        """
+        """Per-sample gradients ``[n, B, P]`` (``mask [n, B]``: real samples) to per-node
+        gradients ``[n, P]``; default the masked mean (with :attr:`weighted_per_sample`,
+        ``sample_sum(Σ_j w_j g_j)``)."""
         if self.weighted_per_sample:
             weights = self.sample_weights(torch.linalg.vector_norm(grads, dim=-1), mask, ctx)
             return self.sample_sum(
@@ -170,137 +170,76 @@ class DefenseHooks:
         return torch.einsum("nb,nbp->np", w, grads) / w.sum(1, keepdim=True).clamp_min(1.0)
 
     def sample_weights(self, norms: torch.Tensor, mask: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """Weigh the per-sample gradients by their L2 norms ``norms [n, B]`` (``mask [n, B]``),
-        the first part of a weighted per-sample reduction (e.g. clipping factors).
-
-        Called
-        ------
-        In place of :meth:`per_sample_gradients` when the defense sets ``per_sample`` and
-        :attr:`weighted_per_sample`; the engine may then never form the per-sample gradients.
-
-        Returns
-        -------
-        Weights ``[n, B]``. Default: the masked mean's ``m_j / max(1, Σ_j m_j)``.
-        """
+        """Weights ``[n, B]`` from the per-sample gradient norms; default the masked mean's."""
         w = mask.to(norms.dtype)
         return w / w.sum(1, keepdim=True).clamp_min(1.0)
 
     def sample_sum(self, total: torch.Tensor, mask: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """Turn the weighted sums ``total = Σ_j w_j g_j [n, P]`` into per-node gradients, the
-        second part of a weighted per-sample reduction (e.g. noise).
-
-        Called
-        ------
-        After :meth:`sample_weights`, with the same ``mask`` and ``ctx``.
-
-        Returns
-        -------
-        ``[n, P]``. Default: ``total`` unchanged.
-        """
+        """Per-node gradients ``[n, P]`` from the weighted sums ``Σ_j w_j g_j``; default ``total``."""
         return total
 
     def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """Transform per-node gradients ``grads [n, P]`` of the mean minibatch loss before they
-        are used (e.g. clipping, noise).
-
-        Called
-        ------
-        At every gradient evaluation of a protocol that trains: each local step, each inner
-        solver step, each FedSGD upload (after :meth:`per_sample_gradients`, if used).
-
-        Returns
-        -------
-        ``[n, P]``. Default: ``grads`` unchanged.
-        """
+        """Per-node gradients ``[n, P]`` before they are used; default unchanged."""
         return grads
 
     def local_update(self, new: torch.Tensor, old: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        """Transform a node's model after local training, ``new [n, P]``, given the model it
-        started from, ``old [n, P]`` (e.g. clip the update ``new − old``).
-
-        Called
-        ------
-        After each round's local training or local solve, before anything derived from the
-        new model is sent.
-
-        Returns
-        -------
-        The model to continue with, ``[n, P]``. Default: ``new`` unchanged.
-        """
+        """Models after local training ``new [n, P]`` (from ``old``); default unchanged."""
         return new
 
     def outgoing(self, msgs: MessageBatch, ctx: RoundContext) -> MessageBatch:
-        """Transform a batch of messages ``msgs`` as it leaves the nodes (e.g. noise,
-        quantization, masking).
-
-        Called
-        ------
-        On every batch of messages sent by nodes, plaintext or secure, before the active
-        adversary's substitution and the transcript; never on the server's messages (it holds
-        no data).
-
-        Returns
-        -------
-        A :class:`~bench.simulation.messages.MessageBatch` of the same kind, round and step with
-        one payload row per sender (the payload may be integers). Default: ``msgs`` unchanged.
-        """
+        """A batch of messages as it leaves the nodes (never the server's); default unchanged."""
         return msgs
 
+    def decode(
+        self, delivered: MessageBatch, own: torch.Tensor, rows: torch.Tensor, ctx: RoundContext
+    ) -> torch.Tensor:
+        """Each delivery of ``delivered`` (per-edge layout) as its receiver decodes it,
+        ``[E, P]``; ``own`` is the rule's own state, ``rows [E]`` the row of it each delivery is
+        combined with (:meth:`~bench.protocols.base.Protocol.delivery_slots`). Default: the
+        payload as delivered."""
+        return delivered.payload
+
     def wrap_aggregation(self, aggregate: Aggregator, ctx: RoundContext) -> Aggregator:
-        """Replace or wrap the receivers' aggregation rule ``aggregate(own, delivered) -> new``
-        (e.g. secure or robust aggregation); it may use only the receivers' own states and what
-        was delivered (the channel audit recomputes it in a fresh process).
-
-        Called
-        ------
-        At every aggregation: the server's weighted mean (FedSGD, FedAvg, centralized PDMM),
-        the gossip mix ``W`` (D-PSGD, gossip averaging), PDMM's ``z ← z + Δz``.
-
-        Returns
-        -------
-        The rule to run instead; its output has ``own``'s shape (or one of its rows). Default:
-        ``aggregate`` unchanged.
-        """
+        """The receivers' rule ``aggregate(own, delivered) -> new`` as a mechanism runs it
+        (secure aggregation's unmasking, DP-FedAvg's noise on the server's mean); default
+        unchanged."""
         return aggregate
 
-    def should_stop(self, ctx: RoundContext) -> bool:
-        """Decide whether training stops (e.g. a round budget).
-
-        Called
-        ------
-        After every round.
-
-        Returns
-        -------
-        ``True`` to stop. Default: ``False``.
-        """
+    def should_stop(self, ctx: RoundContext, history: Mapping[str, tuple[float, ...]]) -> bool:
+        """Whether training stops after round ``ctx.round``, from the validation metrics so far."""
         return False
 
 
 #: the hooks that act on a gradient inside local training (at every step that evaluates one)
 GRADIENT_HOOKS = frozenset({"per_sample_gradients", "local_gradients"})
 
+#: each stacked method (and each per-node hook of a plugin, :data:`bench.defense.node_hooks.NODE_HOOKS`)
+#: and the hook point it belongs to
+POINT_OF = {
+    "per_sample_gradients": "per_sample_gradients",
+    "sample_weights": "per_sample_gradients",
+    "sample_sum": "per_sample_gradients",
+    "local_gradients": "local_gradients",
+    "local_update": "local_update",
+    "outgoing": "outgoing",
+    "receive_statistic": "decode",
+    "decode": "decode",
+    "wrap_aggregation": "decode",
+    "should_stop": "should_stop",
+}
+
 
 def overridden_hooks(hooks: DefenseHooks) -> frozenset[str]:
-    """The hook names whose implementation differs from the identity of :class:`DefenseHooks`."""
-    out = {n for n in HOOK_NAMES if getattr(type(hooks), n) is not getattr(DefenseHooks, n)}
-    if hooks.weighted_per_sample and any(
-        getattr(type(hooks), n) is not getattr(DefenseHooks, n) for n in ("sample_weights", "sample_sum")
-    ):
-        out.add("per_sample_gradients")  # overridden through its two parts
+    """The hook points whose stacked implementation differs from the identity of
+    :class:`DefenseHooks` (by class); the per-sample point only under ``per_sample``."""
+    out = {
+        point
+        for name, point in POINT_OF.items()
+        if hasattr(DefenseHooks, name) and getattr(type(hooks), name) is not getattr(DefenseHooks, name)
+    }
     if not hooks.per_sample:
         out.discard("per_sample_gradients")
     return frozenset(out)
-
-
-def overridden_callables(hooks: DefenseHooks) -> frozenset[str]:
-    """:func:`overridden_hooks` and the two parts of a weighted per-sample rule
-    (``sample_weights``, ``sample_sum``) the defense overrides: every method of ``hooks`` whose
-    code is the defense's own (what the hook contract and the row-locality check wrap)."""
-    parts = {
-        n for n in ("sample_weights", "sample_sum") if getattr(type(hooks), n) is not getattr(DefenseHooks, n)
-    }
-    return overridden_hooks(hooks) | parts
 
 
 class AdversaryPolicy:
@@ -314,10 +253,15 @@ class AdversaryPolicy:
         self.nodes = tuple(int(v) for v in nodes)
 
     def bind(
-        self, run: RunInfo, flat: Any, normalization: tuple[tuple[float, ...], tuple[float, ...]]
+        self,
+        run: RunInfo,
+        flat: Any,
+        normalization: tuple[tuple[float, ...], tuple[float, ...]],
+        seed: int = 0,
     ) -> None:
         """Told the run's public facts before the first round: :class:`RunInfo`, the architecture
-        as a :class:`~bench.simulation.flat.FlatModel` and the inputs' ``(mean, std)``."""
+        as a :class:`~bench.simulation.flat.FlatModel`, the inputs' ``(mean, std)`` and the run's
+        seed (bench's own code: :class:`RunInfo` holds no seed, which defenses must not see)."""
 
     def substitute(self, msgs: MessageBatch, ctx: RoundContext) -> MessageBatch:
         return msgs

@@ -2,34 +2,29 @@
 
 A defense is a module ``defenses/<name>.py`` in the benchmark root that registers one
 :class:`Defense` subclass with ``@DEFENSES.register("<name>", "one-line description")``.
-Defenses are hooks, not forks of protocols (``docs/architecture.md``): they act on per-sample
-and per-node gradients, local updates, outgoing messages, aggregation and stopping through the
-hooks of :class:`~bench.defense.hooks.DefenseHooks`, which every protocol calls at the same
-points; they change a protocol's own parameters only through
-:meth:`~bench.defense.hooks.DefenseHooks.protocol_overrides`; they declare the protocols
-they apply to, may report privacy accounting, and state what an adaptive attacker knows.
+Defenses are hooks, not forks of protocols (``docs/architecture.md``): each hook is written for
+**one node** (its gradient, its update, one message it sends or receives) and the harness runs it
+over all nodes with ``torch.func.vmap`` (:mod:`bench.defense.runner`); differential privacy and
+secure aggregation are the harness's own mechanisms, of which a defense chooses the parameters
+(:mod:`bench.defense.mechanisms`). A defense changes a protocol's own parameters only through
+:meth:`Defense.protocol_overrides`, declares the protocols it applies to, and states what an
+adaptive attacker knows.
 
 Defense code is untrusted (it arrives in pull requests): the harness imports it only in the
-process that runs the simulation, never in the process that scores (``bench.evaluation``).
+sandboxed processes that run it, never in the process that scores (``bench.evaluation``), and
+only after its source has passed the plugin rules (:mod:`bench.defense.source_policy`).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from pytorch_lightning.callbacks import Callback
-
-from bench.core.errors import BenchInputError, short_repr
 from bench.core.registry import Registry
-from bench.data.stacked import derive_seed
-from bench.defense.hooks import DefenseHooks, RunInfo, overridden_hooks
+from bench.defense.hooks import RunInfo
+from bench.defense.mechanisms.base import Mechanism
+from bench.defense.node_hooks import NODE_HOOKS, NodeHooks
 
 if TYPE_CHECKING:
     from bench.protocols import Protocol
@@ -46,13 +41,41 @@ ALL_THREATS: tuple[str, ...] = (*PASSIVE_THREATS, "active")
 
 @functools.lru_cache(maxsize=256)
 def _init_signature(init: Any) -> inspect.Signature:
-    """The signature of a defense's ``__init__`` (cached: every copy of a defense — the defense
-    oracle deep-copies its instances for each query — goes through :meth:`Defense.__new__`)."""
+    """The signature of a defense's ``__init__`` (cached: one per plugin class)."""
     return inspect.signature(init)
 
 
-class Defense(DefenseHooks):
-    """Base class of defense plugins.
+class DefenseFrozen(AttributeError):
+    """A defense instance was changed after :meth:`Defense.bind`: per-node state belongs in
+    :meth:`Defense.init_state`, which the harness holds (``docs/scoring.md``, "By construction")."""
+
+
+class Defense(NodeHooks):
+    """Base class of defense plugins: **hooks written for one node**, run by the harness over
+    every node at once.
+
+    Each hook receives one node's row — its gradient ``[P]``, its per-sample gradients
+    ``[B, P]``, one message ``[P]`` — and a :class:`~bench.defense.node.NodeContext` or
+    :class:`~bench.defense.node.MessageContext` with the round, the node's id and its state, and
+    returns that row's output. The harness calls it under ``torch.func.vmap`` over the nodes of the
+    call (:mod:`bench.defense.runner`), so what node ``v`` computes is a function of ``v``'s row,
+    ``v``'s state and randomness, the run's public facts and what was delivered to ``v``: by
+    construction, not by a check. Randomness is PyTorch's (``torch.randn``, ``torch.rand_like``
+    …): under the vmapped call every node draws its own numbers from a stream the harness seeds
+    (never from a seed the defense can see). State a node keeps from call to call (a residual, a
+    key drawn once) is declared by :meth:`init_state` and returned by the hook that changes it,
+    ``(output, new_state)``; the harness holds it. After :meth:`bind` the instance is frozen:
+    assigning an attribute raises :class:`DefenseFrozen`.
+
+    Hooks (each an identity by default; ``docs/hooks.md`` has when each is called):
+    :meth:`per_sample_gradients` (or its two parts :meth:`sample_weights` and :meth:`sample_sum`),
+    :meth:`local_gradients`, :meth:`local_update`, :meth:`outgoing`, the receive side
+    :meth:`decode` (one delivered message at a time, at its receiver; with
+    :meth:`receive_statistic`, a summary of all of a receiver's deliveries) and
+    :meth:`should_stop` (a rule on the public validation metrics). Differential privacy and
+    secure aggregation are not hooks but the harness's own mechanisms (:meth:`mechanisms`,
+    :mod:`bench.defense.mechanisms`): a defense chooses their parameters, the harness adds the
+    noise, masks the messages and accounts the ε it shows.
 
     Class attributes
     ----------------
@@ -63,17 +86,20 @@ class Defense(DefenseHooks):
         Typical parameter sets; the contract test runs each on every protocol the defense
         applies to and requires the run to differ from the undefended one.
     threats:
-        The threat models the defense claims to address (:data:`PASSIVE_THREATS` by default:
-        honest-but-curious servers, users, neighbours and eavesdroppers). On a track of another
-        threat model (e.g. ``active``, a deviating coalition) it is still evaluated and shown,
-        but not ranked: a defense is judged against the adversaries it claims to stop.
+        The threat models the defense claims to address (:data:`PASSIVE_THREATS` by default).
+        On a track of another threat model it is evaluated and shown, but not ranked.
     source:
-        Where the defense comes from: a key of ``bench.defense.sources.PAPERS`` (the paper it
-        implements), or ``"original"`` for a defense new in this benchmark. The default,
-        ``"undeclared"``, is refused by ``leaderboard export`` and ``leaderboard validate``.
+        A key of ``bench.defense.sources.PAPERS`` (the paper it implements), or ``"original"``.
     summary:
-        What the defense does and against which adversary, in one to three plain-text sentences
-        (no reST or Markdown markup): the description of its leaderboard entries.
+        What the defense does and against which adversary, one to three plain-text sentences.
+    per_sample:
+        Ask protocols for per-sample gradients (:meth:`per_sample_gradients`).
+    weighted_per_sample:
+        The per-sample reduction is ``sample_sum(Σ_j w_j g_j)`` with
+        ``w = sample_weights(‖g_j‖)``: the engine may then never form the per-sample gradients.
+    per_delivery:
+        :meth:`outgoing` runs once per delivery (a broadcast row is copied for each receiver, so
+        each may get its own message); default once per payload row.
     """
 
     protocols: ClassVar[tuple[str, ...]] = ()
@@ -83,6 +109,9 @@ class Defense(DefenseHooks):
     source: ClassVar[str] = "undeclared"
     #: plain-text summary, whole sentences (shown as the description of the defense's entries)
     summary: ClassVar[str] = ""
+    per_sample: ClassVar[bool] = False
+    weighted_per_sample: ClassVar[bool] = False
+    per_delivery: ClassVar[bool] = False
 
     run: RunInfo
     #: the constructor's arguments as given, by name (what :func:`bench.evaluate_defense` runs again
@@ -95,7 +124,7 @@ class Defense(DefenseHooks):
         try:
             bound = signature.bind(self, *args, **kwargs).arguments
         except TypeError:
-            self.init_params = None
+            object.__setattr__(self, "init_params", None)
             return self
         params: dict[str, Any] = {}
         for i, (key, value) in enumerate(bound.items()):
@@ -103,44 +132,85 @@ class Defense(DefenseHooks):
             if i == 0 or kind is inspect.Parameter.VAR_POSITIONAL:
                 continue
             params.update(value if kind is inspect.Parameter.VAR_KEYWORD else {key: value})
-        self.init_params = params
+        object.__setattr__(self, "init_params", params)
         return self
 
-    def bind(self, run: RunInfo) -> None:
-        """Keep the run's public facts as ``self.run`` (subclasses call ``super().bind(run)``).
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_frozen_"):
+            raise DefenseFrozen(
+                f"the defense set {name!r} after bind: an instance is frozen once bound; keep a "
+                "node's state in init_state and return it from the hook that changes it"
+            )
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if self.__dict__.get("_frozen_"):
+            raise DefenseFrozen(f"the defense deleted {name!r} after bind: an instance is frozen once bound")
+        object.__delattr__(self, name)
+
+    # ------------------------------------------------------------------------------ set-up
+    def protocol_overrides(self, protocol: str) -> dict[str, Any]:
+        """Protocol parameters the defense sets (e.g. PDMM's ``solver``/``k_max``), merged into
+        the task's ``protocol_params`` before the protocol is built, so the protocol's own
+        validation applies. Never assign a protocol's attributes directly.
 
         Called
         ------
-        Once, when the simulation is built (its seed, sizes, device and dtype are known),
-        before the first round.
+        With the protocol's registered name: by the probe and by the simulation before it
+        builds the protocol.
 
         Returns
         -------
-        Nothing.
+        ``{parameter: value}``; default: empty.
+        """
+        return {}
+
+    def bind(self, run: RunInfo) -> None:
+        """Told the run's public facts (:class:`RunInfo`: sizes, protocol, message kinds, batch
+        plan, local set sizes, graph and mixing matrix, hyperparameters), to plan; the instance
+        is frozen when it returns (subclasses call ``super().bind(run)``).
+
+        Called
+        ------
+        Once, when the simulation (or the defense oracle, or a reference world) is built, before
+        the first round.
+
+        Returns
+        -------
+        Nothing (the run is kept as ``self.run``).
         """
         self.run = run
 
-    def generator(self, tag: str, device: torch.device | str) -> torch.Generator:
-        """The stream ``tag`` of the defense's own randomness: made on the first call, seeded from
-        the run's seed and ``tag`` (independent of every other stream of the run), and the *same*
-        generator on every later call with that tag and device — so noise drawn as
-        ``torch.randn(…, generator=self.generator("noise", dev))`` in every round is fresh in
-        every round, and the same seed still gives the same run. (Until 2026-11 each call made a
-        new generator at the tag's seed: the same noise every round, which cancels in any
-        difference of two messages.) For a draw that must be a pure function of the seed and a
-        key — e.g. the noise of round ``t``, which a fresh instance in the channel audit recomputes
-        — use :meth:`generator_at` with the key in the tag."""
-        streams: dict[tuple[str, str], torch.Generator] = self.__dict__.setdefault("_streams", {})
-        key = (tag, str(torch.device(device)))
-        if key not in streams:
-            streams[key] = self.generator_at(tag, device)
-        return streams[key]
+    def mechanisms(self) -> tuple[Any, ...]:
+        """The harness mechanisms the defense uses (:mod:`bench.defense.mechanisms`: DP-SGD's
+        clipping and noise, DP-FedAvg's, Muffliato's, message noise, secure aggregation), each a
+        frozen record of its parameters. The harness runs them in its own code, after the
+        defense's hook at the same point, and only their accounting gives an ε on the board.
 
-    def generator_at(self, tag: str, device: torch.device | str) -> torch.Generator:
-        """A new generator at the seed of ``tag`` (``derive_seed(run.seed, "defense:" + tag)``) on
-        every call: the same numbers each time; keep it, or put what changes (the round) in the
-        tag."""
-        return torch.Generator(device=device).manual_seed(derive_seed(self.run.seed, f"defense:{tag}"))
+        Called
+        ------
+        After :meth:`bind` (once), and by the probe.
+
+        Returns
+        -------
+        A tuple of mechanism records; default: none.
+        """
+        return ()
+
+    def hooks_used(self) -> frozenset[str]:
+        """The per-node hooks this configuration uses, among those the class overrides (e.g. a
+        row-wise defense uses only the hook of its ``on``); the harness calls no other. Default:
+        every overridden hook.
+
+        Called
+        ------
+        When the defense is built for a run, and by the probe.
+
+        Returns
+        -------
+        Hook names of :data:`NODE_HOOKS`.
+        """
+        return overridden_node_hooks(self)
 
     def applies_to(self, name: str, protocol: Protocol) -> str | None:
         """Whether the defense acts on runs of protocol ``name`` (``protocol``: an instance
@@ -154,49 +224,40 @@ class Defense(DefenseHooks):
         Returns
         -------
         ``None`` when it applies, else the reason it does not. Default: a name outside
-        :attr:`protocols`; or no overridden hook that the protocol calls, no callback, and no
-        protocol override that differs from the task's own parameters.
+        :attr:`protocols`; a mechanism that does not apply; or no overridden hook or mechanism
+        point that the protocol calls and no protocol override that differs from the task's.
         """
         if self.protocols and name not in self.protocols:
             return f"applies to {', '.join(self.protocols)} only"
-        if self.callbacks():
-            return None
-        hooks = overridden_hooks(self) & protocol.hook_points
+        for mechanism in self.mechanisms():
+            reason = mechanism.applies_to(name, protocol)
+            if reason is not None:
+                return reason
+        points = acting_points(self) & protocol.hook_points
         overrides = self.protocol_overrides(name)
         current = protocol.hyperparameters()
         changed = {k: v for k, v in overrides.items() if k not in current or current[k] != v}
-        if hooks or changed:
+        if points or changed:
             return None
         if overrides:
             same = ", ".join(f"{k}={v!r}" for k, v in overrides.items())
             return f"the task's {name} protocol already has {same}: the defense would change nothing"
-        used = ", ".join(sorted(overridden_hooks(self))) or "none"
+        used = ", ".join(sorted(acting_points(self))) or "none"
         return f"{name} calls none of its hooks ({used})"
 
-    def callbacks(self) -> list[Callback]:
-        """Lightning callbacks the defense needs (e.g. ``EarlyStopping``).
-
-        Called
-        ------
-        When the simulation process builds the Lightning trainer (and by :meth:`applies_to`).
-
-        Returns
-        -------
-        A list of callbacks. Default: empty.
-        """
-        return []
-
     def accounting(self) -> dict[str, Any]:
-        """Privacy accounting (ε, δ, accountant) where the defense defines it.
+        """Notes on the defense's privacy (e.g. "no clipping: no DP guarantee"). An ``epsilon``
+        given here is the plugin's own word: it is recorded as claimed and shown as "ε not
+        verified", never in the ε column — ε comes from the harness's mechanisms
+        (:meth:`mechanisms`).
 
         Called
         ------
-        After the run, in the simulation process; stored with the job, its mean ε shown in the
-        tables and on the page.
+        After the run, in the simulation process.
 
         Returns
         -------
-        At least ``epsilon`` and ``delta`` (``{"epsilon": None}``: no guarantee). Default: empty.
+        Plain data. Default: empty.
         """
         return {}
 
@@ -210,126 +271,37 @@ class Defense(DefenseHooks):
 
         Returns
         -------
-        Plain data. Default: the instance's public attributes (not ``run``).
+        Plain data. Default: the instance's public attributes (not ``run``) and the mechanisms'
+        parameters.
         """
-        return {k: v for k, v in vars(self).items() if not k.startswith("_") and k != "run"}
+        out = {
+            k: v for k, v in vars(self).items() if not k.startswith("_") and k not in ("run", "init_params")
+        }
+        for mechanism in self.mechanisms():
+            out.update(mechanism.knowledge())
+        return {k: v for k, v in out.items() if not isinstance(v, Mechanism)}
 
 
-def check_kinds(kinds: Any, field: str) -> list[str] | None:
-    """A list of message kinds (``None`` = every kind); each must be a kind some registered
-    protocol sends (:attr:`bench.protocols.Protocol.MESSAGE_KINDS`)."""
-    if kinds is None:
-        return None
-    from bench.protocols import PROTOCOLS
-
-    valid = sorted({k for _, cls in PROTOCOLS.items() for k in cls.MESSAGE_KINDS})
-    if isinstance(kinds, str) or not isinstance(kinds, (list, tuple)):
-        raise BenchInputError(field, kinds, choices=valid, reason="must be a list of message kinds")
-    for kind in kinds:
-        if kind not in valid:
-            raise BenchInputError(field, kind, choices=valid, reason="unknown message kind")
-    return list(kinds)
+def overridden_node_hooks(defense: Defense | type[Defense]) -> frozenset[str]:
+    """The per-node hooks (:data:`NODE_HOOKS`) whose code is the plugin's own; the per-sample
+    hooks only where it asks for per-sample gradients."""
+    cls = defense if isinstance(defense, type) else type(defense)
+    out = {n for n in NODE_HOOKS if getattr(cls, n) is not getattr(Defense, n)}
+    if not defense.per_sample:
+        out -= {"per_sample_gradients", "sample_weights", "sample_sum"}
+    return frozenset(out)
 
 
-def kinds_reason(kinds: list[str] | None, protocol: Protocol) -> str | None:
-    """Why a defense acting only on messages of ``kinds`` does nothing under ``protocol``."""
-    if kinds is None:
-        return None
-    sent = protocol.message_kinds()
-    if not set(kinds) & set(sent):
-        return f"it acts on {', '.join(kinds)} messages; the protocol's nodes send {', '.join(sent)}"
-    return None
+def used_node_hooks(defense: Defense) -> frozenset[str]:
+    """The per-node hooks the harness calls: overridden by the class and used by this
+    configuration (:meth:`Defense.hooks_used`)."""
+    return overridden_node_hooks(defense) & frozenset(defense.hooks_used())
 
 
-# ------------------------------------------------------------------------------ discovery
-def defenses_dir(root: Path) -> Path:
-    return root / "defenses"
-
-
-def discover_defenses(root: Path) -> list[str]:
-    """Names of the defense plugins under ``root/defenses`` (one module each)."""
-    folder = defenses_dir(root)
-    return (
-        sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")) if folder.is_dir() else []
-    )
-
-
-def defense_path(name: str, root: Path) -> Path:
-    """The plugin file of defense ``name`` (an input error listing the plugins if absent)."""
-    available = discover_defenses(root)
-    if name not in available:
-        raise BenchInputError(
-            "defense", name, choices=available or ["(no defenses/ folder under " + str(root) + ")"]
-        )
-    return defenses_dir(root) / f"{name}.py"
-
-
-def source_digest(source: bytes) -> str:
-    """SHA-256 (first 16 hex digits) of a plugin's source: part of every job's key."""
-    return hashlib.sha256(source).hexdigest()[:16]
-
-
-def load_defense_module(name: str, root: Path, source: bytes | None = None) -> None:
-    """Import the plugin ``root/defenses/<name>.py`` (which registers the defense), once per
-    process. With ``source``, execute exactly those bytes (the ones the harness hashed).
-
-    A plugin that cannot be read or executed (syntax error, non-UTF-8 bytes, an exception or a
-    ``sys.exit()`` at import), that registers a name another plugin has, or that does not
-    register ``name``, is an input error naming the file; whatever it registered is removed
-    again."""
-    if name in DEFENSES:
-        return
-    path = defense_path(name, root)
-    module_name = f"bench_defense_plugins.{name}"
-    before = set(DEFENSES.names())
-    try:
-        code = path.read_bytes() if source is None else source
-        spec = importlib.util.spec_from_loader(module_name, loader=None, origin=str(path))
-        assert spec is not None
-        module = importlib.util.module_from_spec(spec)
-        module.__file__ = str(path)
-        sys.modules[module_name] = module
-        exec(compile(code, str(path), "exec"), module.__dict__)
-    except BenchInputError:
-        _unregister(set(DEFENSES.names()) - before, module_name)
-        raise
-    except SystemExit as exc:  # sys.exit() in the plugin would otherwise end bench silently
-        _unregister(set(DEFENSES.names()) - before, module_name)
-        code = short_repr(exc.code)
-        reason = f"the plugin {path} does not load: it called sys.exit({code}) at import"
-        raise BenchInputError("defense", name, reason=reason) from None
-    except Exception as exc:  # any failure of the plugin's own code: one line naming the file
-        _unregister(set(DEFENSES.names()) - before, module_name)
-        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        raise BenchInputError("defense", name, reason=f"the plugin {path} does not load: {text}") from None
-    added = set(DEFENSES.names()) - before
-    if added != {name}:
-        _unregister(added, module_name)
-        found = f"registers {', '.join(sorted(added))}" if added else "registers no defense"
-        raise BenchInputError("defense", name, reason=f"{path} {found}; it must register exactly '{name}'")
-
-
-def _unregister(names: set[str], module_name: str) -> None:
-    for n in names:
-        DEFENSES.remove(n)
-    sys.modules.pop(module_name, None)
-
-
-def load_all_defenses(root: Path) -> list[BenchInputError]:
-    """Load every plugin under ``root/defenses``; returns the problems of those that do not
-    load (each names its file), having loaded the others."""
-    problems = []
-    for name in discover_defenses(root):
-        try:
-            load_defense_module(name, root)
-        except BenchInputError as exc:
-            problems.append(exc)
-    return problems
-
-
-def build_defense(name: str, params: dict[str, Any], root: Path, source: bytes | None = None) -> Defense:
-    """Instantiate the defense plugin ``name`` with ``params``."""
-    from bench.core.params import call_with_params
-
-    load_defense_module(name, root, source)
-    return call_with_params(DEFENSES, name, "defense", **params)
+def acting_points(defense: Defense) -> frozenset[str]:
+    """The protocols' hook points (:data:`bench.defense.hooks.HOOK_NAMES`) where the defense
+    acts: those of the hooks it uses and those of its mechanisms."""
+    points = {NODE_HOOKS[n] for n in used_node_hooks(defense)}
+    for mechanism in defense.mechanisms():
+        points |= set(mechanism.points)
+    return frozenset(points)

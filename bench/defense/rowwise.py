@@ -1,9 +1,9 @@
 """Row-wise operators shared by defenses, and a base class for defenses that apply one row-wise
 map at a chosen hook point.
 
-Every operator acts on stacked tensors, each row (the last dimension) on its own: one node's
-gradient or update ``[n, P]``, one sample's gradient ``[n, B, P]``, one message's payload
-``[S, P]``. No loop over rows.
+Every operator acts on the last dimension, each row on its own: one node's gradient or update
+``[P]`` inside a per-node hook, one sample's gradient ``[B, P]``, or stacked rows ``[n, P]`` in
+the harness's mechanisms. No loop over rows.
 
 Clipping and top-k selection are written here rather than taken from a library: Opacus clips
 per-sample gradients only inside its optimizer, per parameter tensor and with a ``+1e-6`` in the
@@ -20,9 +20,9 @@ import torch
 
 from bench.core.errors import require
 from bench.core.params import require_choice
-from bench.defense.hooks import RoundContext
-from bench.defense.plugin import Defense, check_kinds, kinds_reason
-from bench.simulation.messages import MessageBatch
+from bench.defense.kinds import check_kinds, kinds_reason
+from bench.defense.node import MessageContext, NodeContext
+from bench.defense.plugin import Defense
 
 if TYPE_CHECKING:
     from bench.protocols import Protocol
@@ -73,22 +73,22 @@ def top_k_rows(x: torch.Tensor, k: int) -> torch.Tensor:
     if k >= x.shape[-1]:
         return x
     keep = x.abs().topk(k, dim=-1, sorted=False).indices
-    return torch.zeros_like(x).scatter_(-1, keep, x.gather(-1, keep))
+    return torch.zeros_like(x).scatter(-1, keep, x.gather(-1, keep))
 
 
 class RowwiseDefense(Defense):
     """A defense that applies one row-wise map ``f`` (:meth:`transform`) at the hook point chosen
-    by ``on`` (:data:`TARGETS`):
+    by ``on`` (:data:`TARGETS`), to one node's row at a time:
 
-    * ``gradients`` — ``local_gradients``: every per-node gradient ``g ← f(g)`` before it is used
+    * ``gradients`` — ``local_gradients``: the node's gradient ``g ← f(g)`` before it is used
       (FedSGD's upload; each local step of FedAvg and D-PSGD; each solver step of PDMM);
-    * ``update`` — ``local_update``: the local update ``d = new − old`` of FedAvg, D-PSGD and
-      PDMM becomes ``f(d)`` (returned as ``new − (d − f(d))``, so rows ``f`` leaves unchanged stay
-      bit-identical);
-    * ``messages`` — ``outgoing``: every payload row a node sends (of ``kinds``, default all),
+    * ``update`` — ``local_update``: the local update ``d = new − old`` becomes ``f(d)``
+      (returned as ``new − (d − f(d))``, so a row ``f`` leaves unchanged stays bit-identical);
+    * ``messages`` — ``outgoing``: every message row the node sends (of ``kinds``, default all),
       ``m ← f(m)``; receivers aggregate what they get, a node keeps its own exact state.
 
-    Subclasses call :meth:`set_target` in their constructor and implement :meth:`transform`.
+    Subclasses call :meth:`set_target` in their constructor and implement :meth:`transform`,
+    which may return ``(f(x), new_state)`` on ``gradients`` and ``update`` (a node's residual).
     """
 
     on: str
@@ -104,23 +104,39 @@ class RowwiseDefense(Defense):
             "message kinds select messages: give kinds only with on=messages",
         )
 
-    def transform(self, x: torch.Tensor, nodes: torch.Tensor | None) -> torch.Tensor:
-        """``f`` on the rows of ``x`` (``nodes``: the node id of each row; ``None`` = all, in order)."""
+    def hooks_used(self) -> frozenset[str]:
+        """Only the hook of ``on`` (and the per-sample ones a subclass asks for)."""
+        return (super().hooks_used() - set(TARGETS.values())) | {TARGETS[self.on]}
+
+    def transform(
+        self, x: torch.Tensor, node: NodeContext | MessageContext
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``f`` on one row ``x [P]`` of the node ``node.node`` (or the sender of message ``node``)."""
         raise NotImplementedError
 
-    def local_gradients(self, grads: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
-        return self.transform(grads, ctx.nodes) if self.on == "gradients" else grads
+    def local_gradients(
+        self, grad: torch.Tensor, node: NodeContext
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.transform(grad, node) if self.on == "gradients" else grad
 
-    def local_update(self, new: torch.Tensor, old: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+    def local_update(
+        self, new: torch.Tensor, old: torch.Tensor, node: NodeContext
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if self.on != "update":
             return new
         d = new - old
-        return new - (d - self.transform(d, ctx.nodes))
+        out = self.transform(d, node)
+        if isinstance(out, tuple):
+            return new - (d - out[0]), out[1]
+        return new - (d - out)
 
-    def outgoing(self, msgs: MessageBatch, ctx: RoundContext) -> MessageBatch:
-        if self.on != "messages" or (self.kinds is not None and msgs.kind not in self.kinds):
-            return msgs
-        return msgs.with_payload(self.transform(msgs.payload, msgs.senders))
+    def outgoing(self, payload: torch.Tensor, msg: MessageContext) -> torch.Tensor:
+        if self.on != "messages" or (self.kinds is not None and msg.kind not in self.kinds):
+            return payload
+        out = self.transform(payload, msg)
+        if isinstance(out, tuple):
+            raise TypeError("a message transform keeps no state (only on=gradients or on=update may)")
+        return out
 
     def applies_to(self, name: str, protocol: Protocol) -> str | None:
         hook = TARGETS[self.on]

@@ -40,7 +40,11 @@ ADAPTIVE_SUFFIX = "+adaptive"
 #: the suffix of a generic defense-aware variant (the defense oracle in the objective)
 ORACLE_SUFFIX = "+oracle"
 #: the labels of variants (they share the index of the attack they vary)
-VARIANT_SUFFIXES = (ADAPTIVE_SUFFIX, ORACLE_SUFFIX)
+#: the label of an attack on rounds drawn after the task's own (:mod:`bench.evaluation.rounds`)
+LATER_SUFFIX = "+later"
+#: the label of an attack on each client's uploads of consecutive rounds averaged
+WINDOW_SUFFIX = "+window"
+VARIANT_SUFFIXES = (ADAPTIVE_SUFFIX, ORACLE_SUFFIX, LATER_SUFFIX, WINDOW_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,12 @@ class PlannedAttack:
     def oracle(self) -> bool:
         """A generic defense-aware variant (it queries the defense oracle)."""
         return self.label.endswith(ORACLE_SUFFIX)
+
+    @property
+    def rounds_variant(self) -> bool:
+        """An attack on rounds beyond the task's own (:mod:`bench.evaluation.rounds`): scored by
+        its worst round."""
+        return self.label.endswith((LATER_SUFFIX, WINDOW_SUFFIX))
 
 
 def with_adaptive(

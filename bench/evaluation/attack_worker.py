@@ -39,9 +39,10 @@ def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
 
     Returns one outcome per attack: ``{"status": "ok", "reconstructions": [...], "runtime_s"}``
     or ``{"status": "failed", "reason", "runtime_s"}``; when the View holds messages as the
-    adversary's own nodes decoded them (a participant under a defense with a receive side,
-    :mod:`bench.simulation.decoding`), the attack runs on that View too, and its outcome is
-    ``"decoded"`` (the parent keeps the stronger of the two)."""
+    adversary's own nodes decoded them (a participant under a defense that decodes,
+    :mod:`bench.simulation.channel`), the attack runs on that View too, and its outcome is
+    ``"decoded"`` (the parent keeps the stronger of the two). Every View an attack gets has its
+    absurd coordinates set to zero (:meth:`~bench.threats.View.sanitized`)."""
     outcomes = []
     for label, name, params, module, i in request["attacks"]:
         if name not in ATTACKS:
@@ -50,7 +51,7 @@ def attack(request: dict[str, Any]) -> list[dict[str, Any]]:
             except Exception as exc:  # recorded with the job: an attack failure never ends the sweep
                 outcomes.append({"status": "failed", "reason": _one_line(exc), "runtime_s": 0.0})
                 continue
-        view = View.from_bytes(request["view"])
+        view = View.from_bytes(request["view"]).sanitized()  # absurd coordinates are ignored
         outcome = _run(request, i, label, name, params, view)
         # a participant also attacks what its own nodes decoded (its keys) — not with the defense
         # oracle, whose pipeline ends where the message leaves the sender, before any decoding

@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.core.errors import BenchInputError
 from bench.core.wire import blob
-from bench.defense.plugin import defense_path, source_digest
+from bench.defense.loading import defense_path, source_digest
 from bench.evaluation import isolation, sandbox
 from bench.evaluation.job import Job, run_job
 from bench.evaluation.planning import protocol_key
@@ -167,8 +167,8 @@ WORKER_MEMORY = 256 * 2**20
 
 
 def idle_workers(parallel: int) -> int:
-    """Idle workers a sweep keeps: enough for a simulation, an audit and an oracle worker per
-    defense plugin and an attack worker per threat model of a suite (24 per parallel job), as
+    """Idle workers a sweep keeps: enough for a simulation and an oracle worker per defense
+    plugin and an attack worker per threat model of a suite (24 per parallel job), as
     far as half the memory free now allows (at least 8 per parallel job). A worker that is not
     kept is started again for the next job of its key."""
     parallel = max(1, parallel)

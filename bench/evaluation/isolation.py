@@ -56,7 +56,6 @@ PRELOAD = (
     "torch",
     "pytorch_lightning",
     "bench.evaluation.sim_worker",
-    "bench.evaluation.audit",
     "bench.evaluation.oracle",
     "bench.evaluation.attack_worker",
     "bench.evaluation.probe",

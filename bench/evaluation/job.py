@@ -35,11 +35,11 @@ from bench.core.wire import blob
 from bench.evaluation import isolation
 from bench.evaluation.adaptive import PlannedAttack, attack_indices, shared_population, with_adaptive
 from bench.evaluation.attack_worker import attack as attack_entry
-from bench.evaluation.audit import audit
 from bench.evaluation.oracle import oracle_seed
 from bench.evaluation.oracle_relay import OracleRelay
 from bench.evaluation.planning import build_attacks, protocol_key, record_plan
 from bench.evaluation.probe import DefensePlan
+from bench.evaluation.rounds import draw_rounds, with_round_variants
 from bench.evaluation.sim_worker import simulate
 from bench.evaluation.truth import RunDataCache, Scorer
 from bench.leaderboard.ranking import privacy_score
@@ -48,7 +48,6 @@ from bench.results.code_digest import attack_digest, engine_digest
 from bench.results.provenance import provenance, spec_hash
 from bench.results.record import AttackOutcome, JobResult
 from bench.results.reference import BASELINE_DEFENSE
-from bench.simulation.aggregation_log import DEFAULT_BUDGET
 from bench.simulation.config import SimulationConfig
 from bench.simulation.engine import with_protocol_overrides
 from bench.spec.schema import RunSpec
@@ -65,6 +64,9 @@ class Job:
 
     spec: RunSpec
     plan: DefensePlan
+    #: the rounds attacked besides the task's own (:mod:`bench.evaluation.rounds`): drawn when the
+    #: job runs, or those of an earlier run (``leaderboard verify``); not part of the key
+    later: tuple[int, ...] | None = None
     code: dict[str, Any] = field(init=False)
     key: str = field(init=False)
     version: str = field(init=False)
@@ -145,6 +147,9 @@ def run_job(
             oracle=generic if GENERIC_VARIANTS else None,
             hooks=frozenset(job.plan.hooks),
         )
+        later = job.later if job.later is not None else draw_rounds(task.simulation.rounds)
+        prov["attacked_rounds"] = list(later)
+        attacks = with_round_variants(attacks, tuple(later), cfg.protocol)
         t_sim = time.perf_counter()
         defense_request = _defense_request(job, root)
         sim = _isolated(
@@ -158,15 +163,21 @@ def run_job(
                 "record": record_plan(attacks),
                 "progress": progress,
                 "log_dir": None,
-                "audit": DEFAULT_BUDGET,
-                "row_locality": ROW_LOCALITY_RATE,
-                "audit_calls": AUDIT_CALLS,
             },
             threads=threads,
             label="simulation",
         )
-        if not isinstance(sim, dict) or sim.get("status") not in ("ok", "diverged"):
+        if not isinstance(sim, dict) or sim.get("status") not in ("ok", "diverged", "refused"):
             raise ValueError("the simulation process sent no status")
+        if sim["status"] == "refused":  # the defense broke the per-node contract: never ranked
+            prov["refused"] = str(sim.get("reason"))[:300]
+            return JobResult(
+                **base,
+                status="failed",
+                reason=f"refused: {sim.get('reason')}"[:300],
+                runtime_s=time.perf_counter() - start,
+                provenance=prov,
+            )
         if sim["status"] == "diverged":
             return JobResult(
                 **base,
@@ -176,16 +187,6 @@ def run_job(
                 provenance=prov,
             )
         prov["sandbox"] = str(sim.get("sandbox", "none"))
-        refused = next(iter(sim.get("row_locality") or []), None) or _audit(job, root, sim, threads, pool)
-        if refused is not None:
-            prov["audit"] = {"status": "refused", "reason": refused}
-            return JobResult(
-                **base,
-                status="failed",
-                reason=f"refused by the channel audit: {refused}"[:300],
-                runtime_s=time.perf_counter() - start,
-                provenance=prov,
-            )
         t_utility = time.perf_counter()
         prov["device"] = str(sim.get("device", "cpu"))
         scorer = Scorer(cfg, (data_cache or RunDataCache(1)).get(cfg))
@@ -211,7 +212,12 @@ def run_job(
         defended = spec.defense.name != BASELINE_DEFENSE
         t_attacks = time.perf_counter()
         relay = OracleRelay(
-            {"task": task.model_dump_json(), "seed": oracle_seed(spec.seed), "defense": defense_request},
+            {
+                "task": task.model_dump_json(),
+                "seed": oracle_seed(spec.seed),
+                "defense": defense_request,
+                "run_info": sim.get("run_info"),
+            },
             1,
             pool,
             (spec.defense.name, job.plan.digest),
@@ -259,13 +265,6 @@ def run_job(
         )
 
 
-#: the share of send-side hook calls whose row-locality a job checks beyond each hook's first
-#: call (drawn from OS entropy)
-ROW_LOCALITY_RATE = 0.1
-#: the aggregations of a job the channel audit replays at most (a uniform sample from OS entropy)
-AUDIT_CALLS = 8
-
-
 def _defense_request(job: Job, root: Path) -> dict[str, Any]:
     """What a process that runs the defense builds it from: name, parameters, the source bytes
     the parent hashed and the root of the plugins."""
@@ -277,35 +276,8 @@ def _defense_request(job: Job, root: Path) -> dict[str, Any]:
     }
 
 
-def _audit(
-    job: Job, root: Path, sim: dict[str, Any], threads: int, pool: isolation.WorkerPool | None
-) -> str | None:
-    """Replay the simulation's logged aggregations in an audit process (:mod:`.audit`): ``None``
-    when they passed (or the defense runs no aggregation code), else what was found."""
-    calls = sim.get("aggregations")
-    if not calls:
-        return None
-    spec = job.spec
-    answer = _isolated(
-        pool,
-        ("audit", spec.defense.name, job.plan.digest),
-        audit,
-        {
-            "task": spec.task.model_dump_json(),
-            "seed": spec.seed,
-            "defense": _defense_request(job, root),
-            "calls": calls,
-        },
-        threads=threads,
-        label="channel audit",
-    )
-    if not isinstance(answer, dict) or answer.get("status") not in ("passed", "refused"):
-        return "the audit process sent no verdict"
-    return None if answer["status"] == "passed" else str(answer.get("reason"))[:250]
-
-
 #: whether jobs run the generic defense-aware variants (``performance/harness.py --audit`` turns
-#: them off with the channel audit to measure what both cost)
+#: them off to measure what they cost)
 GENERIC_VARIANTS = True
 
 #: a threat's generic defense-aware variants run only while every other attack of the threat
@@ -326,12 +298,13 @@ def _attack_threat(
     relay: OracleRelay | None = None,
 ) -> list[AttackOutcome]:
     """Run one threat's attacks in an attack process and score their answers; then its generic
-    defense-aware variants (``relay`` answers their queries to the defense oracle) — unless the
-    other attacks already leak :data:`ORACLE_SKIP_LEAKAGE` or more (the variants are then not
-    run, and the outcomes omit them)."""
-    first = [p for p in attacks if not p.oracle]
+    defense-aware variants (``relay`` answers their queries to the defense oracle) and its
+    variants on further rounds (:mod:`.rounds`) — unless the other attacks already leak
+    :data:`ORACLE_SKIP_LEAKAGE` or more (the variants are then not run, and the outcomes omit
+    them)."""
+    first = [p for p in attacks if not p.oracle and not p.rounds_variant]
     outcomes = _attack_batch(threat, first, attacks, view, scorer, seed, threads, grid, pool, None)
-    generic = [p for p in attacks if p.oracle]
+    generic = [p for p in attacks if p.oracle or p.rounds_variant]
     worst = max((o.leakage or 0.0 for o in outcomes if o.status == "ok"), default=0.0)
     if generic and worst < ORACLE_SKIP_LEAKAGE:
         outcomes += _attack_batch(threat, generic, attacks, view, scorer, seed, threads, grid, pool, relay)
@@ -397,12 +370,13 @@ CRASH_LEAKAGE = 1.0
 
 
 def count_crash(outcome: AttackOutcome) -> AttackOutcome:
-    """On a defended job, an attack that *crashed* counts as full leakage
-    (:data:`CRASH_LEAKAGE`). The harness cannot tell a defense that defeats an attack from one
-    that breaks it (a malformed message, a hook output the attack was never meant to read, an
-    oracle that fails), and a failed attack left out of the score would let the breakage buy
-    privacy. An attack's own refusal (:class:`~bench.attacks.base.AttackError`: e.g. the
-    messages are ring elements of secure aggregation, which no insider can read) stays a
+    """On a defended job, an attack that *crashed* — or answered with something that cannot be
+    scored: no reconstruction, non-finite values — counts as full leakage (:data:`CRASH_LEAKAGE`).
+    The harness cannot tell a defense that defeats an attack from one that breaks it (a malformed
+    message, bait values that make an objective diverge, an oracle that fails), and a failed
+    attack left out of the score would let the breakage buy privacy. An attack's own refusal
+    (:class:`~bench.attacks.base.AttackError`: e.g. the messages are ring elements of secure
+    aggregation, which no insider can read) stays a
     failure without leakage. The baseline's crashes are the attack's bugs: recorded, not
     counted."""
     if outcome.status != "failed" or not outcome.metrics.get(CRASHED):
@@ -417,20 +391,26 @@ def _score(scorer: Scorer, threat: str, p: PlannedAttack, answer: Any, grid: Pat
     decoded them, the stronger of the two counts (``metrics["decoded_view"]`` says which). A
     failed answer that is not the attack's refusal is marked :data:`CRASHED`."""
     decoded = answer.pop("decoded", None) if isinstance(answer, dict) else None
+    by = p.rounds_variant  # a variant on several rounds is scored by its worst round
     if decoded is None:
-        return _mark_crash(scorer.score(threat, p.label, p.attack.metrics, answer, grid), answer)
-    raw = scorer.score(threat, p.label, p.attack.metrics, answer, None)
-    dec = scorer.score(threat, p.label, p.attack.metrics, decoded, None)
+        return _mark_crash(scorer.score(threat, p.label, p.attack.metrics, answer, grid, by), answer)
+    raw = scorer.score(threat, p.label, p.attack.metrics, answer, None, by)
+    dec = scorer.score(threat, p.label, p.attack.metrics, decoded, None, by)
     use_decoded = dec.status == "ok" and (raw.status != "ok" or (dec.leakage or 0.0) > (raw.leakage or 0.0))
-    best = scorer.score(threat, p.label, p.attack.metrics, decoded if use_decoded else answer, grid)
+    best = scorer.score(threat, p.label, p.attack.metrics, decoded if use_decoded else answer, grid, by)
     if best.status == "ok":
         best.metrics["decoded_view"] = float(use_decoded)
     return _mark_crash(best, decoded if use_decoded else answer)
 
 
 def _mark_crash(outcome: AttackOutcome, answer: Any) -> AttackOutcome:
-    if outcome.status == "failed" and isinstance(answer, dict) and answer.get("status") == "failed":
-        if not answer.get("refused", True):
+    """Mark a failed outcome :data:`CRASHED` unless the attack refused: it crashed, or it answered
+    and its answer could not be scored (no reconstruction, non-finite values, no leakage) — on a
+    defended run each counts as full leakage (:func:`count_crash`): a failed attack never helps."""
+    if outcome.status == "failed" and isinstance(answer, dict):
+        if answer.get("status") == "ok" or (
+            answer.get("status") == "failed" and not answer.get("refused", True)
+        ):
             outcome.metrics[CRASHED] = 1.0
     return outcome
 

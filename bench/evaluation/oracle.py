@@ -1,44 +1,31 @@
 """The defense oracle: a defense's send-side transform ``D``, queried by attacks, run elsewhere.
 
-A generic defense-aware attack (label ``<attack>+oracle``, :mod:`bench.evaluation.adaptive`) puts
-the defense's own send pipeline into its matching objective: it matches ``D(∇_θ L(x̂))`` to the
-observed gradient, where ``D`` is what node ``v``'s hooks make of per-sample gradients before an
-observer reads them (:meth:`bench.protocols.Protocol.observed_gradient`: ``per_sample_gradients``
-or the mean, ``local_gradients``, the protocol's own step, ``local_update``, ``outgoing``) —
-or, on a protocol whose uploads are local models (FedAvg), what they make of a local update
-``Δ`` (:meth:`~bench.protocols.Protocol.observed_update`; ``G`` then holds one row per
-problem). Defense code never runs in the attack process: this module runs in a sandboxed *oracle
-process* of the defense plugin (:mod:`bench.evaluation.sandbox`), and the attack process asks the
-parent, which relays (:func:`bench.evaluation.queries.query`). Queries and replies are plain data
-(:mod:`bench.core.wire`).
+A generic defense-aware attack (label ``<attack>+oracle``, :mod:`bench.evaluation.adaptive`)
+matches ``D(∇_θ L(x̂))`` to the observed gradient, where ``D`` is what node ``v``'s hooks make of
+per-sample gradients before an observer reads them
+(:meth:`bench.protocols.Protocol.observed_gradient`), or, where uploads are local models
+(FedAvg), what they make of a local update ``Δ`` (:meth:`~bench.protocols.Protocol.observed_update`).
+Defense code never runs in the attack process: this module runs in a sandboxed *oracle process*
+of the plugin (:mod:`bench.evaluation.sandbox`), and the attack asks the parent, which relays
+(:func:`bench.evaluation.queries.query`); queries and replies are plain data.
 
-What the oracle answers, for attacker-chosen per-sample gradients ``G [K, B, P]`` at parameters
-``θ [K, P]`` of victims ``v_k`` in rounds ``t_k``:
-
-* ``evaluate`` (one query per evaluation of the attack's objective): the distance
-  ``F_k = dist(D(G_k), g_k)`` to the observed ``g_k`` (the attack's own L2 or cosine) and its
-  gradient ``∂F_k/∂G_k``. ``D`` runs with fresh randomness, never the run's: the defense is
-  built anew and bound with the run's public facts and a seed of its own (:func:`oracle_seed`).
-  Where ``D`` is random (two instances with different seeds disagree on a probe input), ``D(G)``
-  is the mean over :data:`EOT_DRAWS` instances with their own seeds — Expectation over
-  Transformation (Athalye, Carlini & Wagner, ICML 2018, §4.2). Each query starts from the
-  instances as bound (a deep copy), so the draws are fixed across the attack's iterations (a
-  deterministic objective for L-BFGS) and a stateful defense does not accumulate the attacker's
-  queries. The gradient is ``J_D(G)ᵀ u`` for ``u = ∂F/∂D``, by autograd through the defense's
-  hooks; where it vanishes for a problem or does not exist (a rounding, a ``detach``), the
-  undefended pipeline's (the mean over the batch) stands in: Backward Pass Differentiable
-  Approximation with the identity (BPDA, Athalye et al. 2018, §4.1; the straight-through
-  estimator).
+``evaluate`` answers, for attacker-chosen ``G [K, B, P]`` at ``θ [K, P]`` of victims ``v_k`` in
+rounds ``t_k``, the distance ``F_k = dist(D(G_k), g_k)`` (the attack's own L2 or cosine) and
+``∂F_k/∂G_k``. The defense is built anew and bound with the run's own facts (the ``RunInfo``
+the simulation bound it with, which holds no seed: it cannot tell the oracle from the run), its
+randomness from a seed of the oracle's own (:func:`oracle_seed`). Where ``D`` is random, ``D(G)``
+is the mean over :data:`EOT_DRAWS` instances — Expectation over Transformation (Athalye, Carlini
+& Wagner, ICML 2018, §4.2). Each query starts from the instances as bound, so the draws are fixed
+across the attack's iterations and a stateful defense does not accumulate the queries. The
+gradient is ``J_D(G)ᵀ u`` by autograd through the hooks; where it vanishes or does not exist (a
+rounding, a ``detach``), the batch mean's stands in (BPDA, Athalye et al. 2018, §4.1).
 
 The K problems of a round go through the hooks in one stacked call per draw, a victim's several
-problems (restarts × label hypotheses) as rows of their own with the same node in
-:class:`~bench.defense.hooks.RoundContext` ``nodes``: the send-side hooks are row-local (the
-audit checks it), so a row's output depends on its input and its node's state only. The
-parameters ``θ`` and targets ``g`` of an attack's problems do not change over its iterations:
-they are sent once per *problem set* (a token of the client's choosing, :data:`PROBLEM_SETS` kept)
-and each later query carries the per-sample gradients only. What the oracle cannot know: the
-state a stateful defense (error feedback, momentum) had reached in the real run — it answers for
-the defense as bound, before any round.
+problems as rows of their own with the same node in ``RoundContext.nodes``: the hooks run per row
+(:mod:`bench.defense.runner`). ``θ`` and ``g`` are sent once per *problem set* (a token,
+:data:`PROBLEM_SETS` kept); later queries carry the per-sample gradients only. What the oracle
+cannot know: the state a stateful defense had reached in the run — it answers for the defense as
+bound, before any round.
 """
 
 from __future__ import annotations
@@ -47,7 +34,6 @@ import copy
 import gc
 import uuid
 from collections import OrderedDict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,30 +44,35 @@ from bench.attacks.membership.reference_worlds import ReferenceWorldError, kept_
 from bench.attacks.oracle import UNKNOWN_PROBLEMS
 from bench.core.wire import unblob
 from bench.data.stacked import derive_seed
-from bench.defense.hooks import DefenseHooks, RoundContext
-from bench.defense.plugin import build_defense
+from bench.defense.hooks import DefenseHooks, RoundContext, RunInfo, run_info_from_wire
+from bench.defense.loading import build_defense
+from bench.defense.runner import NodeRunner
 from bench.evaluation import isolation, sandbox
 from bench.evaluation.oracle_autodiff import input_gradients, pullback, round_groups
-from bench.evaluation.oracle_noise import Draw, noise_terms, zero_draw
+from bench.evaluation.oracle_noise import (
+    Draw,
+    additive_by_construction,
+    noise_terms,
+    separable_by_construction,
+    zero_draw,
+)
 from bench.protocols import Protocol
 from bench.simulation.config import SimulationConfig
-from bench.simulation.engine import Simulation
+from bench.simulation.engine import Simulation, with_protocol_overrides
 from bench.simulation.lightning import quiet_lightning
 from bench.simulation.objective import LOSSES
 from bench.spec.schema import TaskSpec
 
-#: draws of a random defense averaged per answer (EOT). Two: the mean of M draws of additive
-#: noise of scale σ leaves σ/√M of it in the objective (σ√(1 + 1/M) between the matched and the
-#: observed message), so M = 2 is within 10 % of M = 4 at half the cost per query
+#: draws of a random defense averaged per answer (EOT): M = 2 leaves σ√(1 + 1/M) between the
+#: matched and the observed message, within 10 % of M = 4 at half the cost per query
 EOT_DRAWS = 2
 
-#: problem sets (``θ``, ``g`` of one attack's problems) an oracle keeps; the least recently used goes first
+#: problem sets (``θ``, ``g`` of one attack's problems) an oracle keeps (the least recently used go)
 PROBLEM_SETS = 16
 #: draws ``D_0(0)`` of separable noise an oracle keeps, by layout of rows (:meth:`DefenseOracle.noise_shift`)
 ZERO_DRAWS = 64
 
-#: the oracle of the job being attacked (an oracle process serves one job at a time, and the jobs
-#: of one defense plugin only: :class:`~bench.evaluation.oracle_relay.OracleRelay`)
+#: the oracle of the job being attacked (one job at a time, of one plugin: ``oracle_relay``)
 _ORACLE: list[DefenseOracle] = []
 
 
@@ -91,9 +82,9 @@ class OracleError(RuntimeError):
 
 def setup(request: dict[str, Any]) -> dict[str, Any]:
     """Child side, once per job an oracle process serves: build the job's oracle from ``task``
-    (JSON), ``defense`` (``name``, ``params``, ``source`` blob, ``root``) and ``seed`` (the
-    oracle's own, :func:`oracle_seed`), in the sandbox, in place of the previous job's; returns
-    what it entered (``sandbox``)."""
+    (JSON), ``defense`` (``name``, ``params``, ``source`` blob, ``root``), ``seed`` (the oracle's
+    own, :func:`oracle_seed`) and ``run_info`` (the run's facts the defense was bound with), in
+    the sandbox, in place of the previous job's; returns what it entered (``sandbox``)."""
     quiet_lightning()
     gc.unfreeze()  # the previous job's oracle (if any) becomes garbage
     _ORACLE.clear()
@@ -102,7 +93,8 @@ def setup(request: dict[str, Any]) -> dict[str, Any]:
     task = TaskSpec.model_validate_json(request["task"])
     root, source = Path(d["root"]), unblob(d["source"])
     cfg = task.simulation.model_copy(update={"seed": int(request["seed"])})
-    _ORACLE[:] = [DefenseOracle(lambda: build_defense(d["name"], d["params"], root, source), cfg)]
+    run = None if request.get("run_info") is None else run_info_from_wire(request["run_info"])
+    _ORACLE[:] = [DefenseOracle(lambda: build_defense(d["name"], d["params"], root, source), cfg, run)]
     # what setup built lives as long as the process: out of the collections that follow each
     # answer (:mod:`bench.evaluation.isolation`), which then walk only that query's garbage
     gc.collect()
@@ -130,13 +122,19 @@ def oracle_seed(seed: int) -> int:
 
 class DefenseOracle:
     """``D`` of one job: the protocol of ``config`` and instances of the defense bound with
-    fresh seeds (``config.seed`` is the oracle's own, not the run's)."""
+    the run's own facts ``run`` (the :class:`~bench.defense.hooks.RunInfo` the simulation process
+    bound the defense with, so the defense cannot tell the oracle from the run) and randomness of
+    their own (``config.seed`` is the oracle's seed, not the run's; without ``run``, the facts of
+    ``config``)."""
 
-    def __init__(self, make: Any, config: Any) -> None:
-        first = make()
-        self.sim = Simulation(config, hooks=first, init_state=False)
+    def __init__(self, make: Any, config: Any, run: RunInfo | None = None) -> None:
+        overrides = NodeRunner(make()).protocol_overrides(config.protocol)
+        self.sim = Simulation(with_protocol_overrides(config, overrides), init_state=False)
         self.protocol: Protocol = self.sim.protocol
-        self._make, self._info = make, self.sim.run_info()
+        self._make, self._seed = make, int(config.seed)
+        self._info = run if run is not None else self.sim.run_info()
+        first = NodeRunner(make())
+        first.bind(self._info, self._seed)
         self.instances: list[DefenseHooks] = [first]
         self.random: bool | None = None
         self.problem_sets: OrderedDict[str, tuple[torch.Tensor, ...]] = OrderedDict()
@@ -149,10 +147,20 @@ class DefenseOracle:
 
     def _instance(self, m: int) -> DefenseHooks:
         while len(self.instances) <= m:
-            d = self._make()
-            d.bind(replace(self._info, seed=derive_seed(self._info.seed, f"oracle:{len(self.instances)}")))
+            d = NodeRunner(self._make())
+            d.bind(self._info, derive_seed(self._seed, f"oracle:{len(self.instances)}"))
             self.instances.append(d)
         return self.instances[m]
+
+    @property
+    def additive_by_construction(self) -> bool:
+        """:func:`~.oracle_noise.additive_by_construction` of this oracle's defense."""
+        return additive_by_construction(self.instances[0])
+
+    @property
+    def separable_by_construction(self) -> bool:
+        """:func:`~.oracle_noise.separable_by_construction` of this oracle's defense."""
+        return separable_by_construction(self.instances[0])
 
     def handle(self, q: dict[str, Any]) -> dict[str, Any]:
         op = q.get("op")
@@ -231,7 +239,7 @@ class DefenseOracle:
             outs = [self._call(m, theta, g, ctx, receiver).detach() for m in (0, 1)]
             self.random = not torch.equal(outs[0], outs[1])
         return {
-            "per_sample": bool(self.sim.hooks.per_sample),
+            "per_sample": bool(self.instances[0].per_sample),
             "random": self.random,
             "draws": self.draws,
         }
@@ -287,7 +295,7 @@ class DefenseOracle:
         the defense's hooks by autograd, or through the batch mean where that vanishes for a
         problem or does not exist (BPDA). One hook call per round and draw holds every problem
         of that round, a node's several problems (restarts, label hypotheses) as rows of their
-        own: the send-side hooks are row-local (:mod:`bench.simulation.row_locality`). With
+        own: the hooks run per row (:mod:`bench.defense.runner`). With
         ``shift`` ``[K, P]`` (separable draws, :meth:`noise_shift`), draw 0 alone runs and the
         mean over the draws is ``D_0(G) + shift``."""
         if self.random is None:
@@ -323,14 +331,15 @@ class DefenseOracle:
     ) -> torch.Tensor | None:
         """``c̄ [K, P]`` when every draw ``m`` of ``D`` is, on each problem ``k``, the batch mean
         plus a term that does not depend on the gradients — ``D_m(G) = mean_b G + c_m`` with
-        ``c_m = D_m(0)``, checked on probes (:mod:`.oracle_noise`) — else ``None``;
-        ``c̄ = mean_m c_m``, the term :meth:`evaluate`'s EOT average adds. Then
-        ``dist(mean_m D_m(G), g) = dist(mean_b G + c̄, g)`` for every ``G``: one query answers
-        ``c̄`` for all of an attack's problems, and the attack evaluates the same objective
-        itself, with no query per evaluation (:mod:`~bench.attacks.inversion.oracle_transform`).
-        Message noise passes; so does a fixed public shift of every message, which ``c̄`` then
-        carries into the objective. Update queries (FedAvg) are not covered (``None``)."""
-        if not self.protocol.has_observed_gradient():
+        ``c_m = D_m(0)``, by construction (:attr:`additive_by_construction`) and checked on
+        probes (:mod:`.oracle_noise`) — else ``None``; ``c̄ = mean_m c_m``, the term
+        :meth:`evaluate`'s EOT average adds. Then ``dist(mean_m D_m(G), g) = dist(mean_b G + c̄,
+        g)`` for every ``G``: one query answers ``c̄`` for all of an attack's problems, and the
+        attack evaluates the same objective itself, with no query per evaluation
+        (:mod:`~bench.attacks.inversion.oracle_transform`). The harness's message noise passes; a
+        plugin's own ``outgoing`` never does, additive or not (a public shift is answered query
+        by query). Update queries (FedAvg) are not covered (``None``)."""
+        if not self.protocol.has_observed_gradient() or not self.additive_by_construction:
             return None
         terms = self._noise_terms(theta, target, nodes, rounds, receiver, batch, additive=True)
         return None if terms is None else terms.mean(0)
@@ -368,7 +377,7 @@ class DefenseOracle:
         token = q.get("problems")
         if self.random is None:
             self.info(int(q["receiver"]))
-        if token is None or not self.random:
+        if token is None or not self.random or not self.separable_by_construction:
             return None
         theta, target, nodes, rounds = self.kept_set(q)
         where = int(q["receiver"]), int(batch)
@@ -426,7 +435,7 @@ class DefenseOracle:
     def input_batch(self, x: torch.Tensor) -> int:
         """Rows per problem of the ``G`` an input query with dummy data ``x [K, B, …]`` forms:
         ``B`` where ``D`` reads per-sample gradients, else 1 (:meth:`evaluate_query`)."""
-        return int(x.shape[1]) if self.sim.hooks.per_sample and x.shape[1] > 1 else 1
+        return int(x.shape[1]) if self.instances[0].per_sample and x.shape[1] > 1 else 1
 
 
 def _trim(kept: OrderedDict[Any, Any], most: int) -> None:

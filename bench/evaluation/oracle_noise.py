@@ -16,10 +16,16 @@ draws (:mod:`bench.evaluation.oracle`), and then
 one draw through the hooks plus a fixed shift gives the same objective and the same gradient
 as all the draws (:data:`~bench.evaluation.oracle.EOT_DRAWS` of them) — a query does the
 defense's work once instead of once per draw. Where ``f`` is the batch mean itself (*additive*
-defenses: message noise, a public shift), the attack needs no query at all per evaluation: it
+defenses: the harness's message noise), the attack needs no query at all per evaluation: it
 matches ``mean_b G + c̄`` itself (:meth:`bench.evaluation.oracle.DefenseOracle.additive_offsets`).
 
-Checked, not assumed, on the problems' own ``θ``, nodes and rounds: for random ``G [K, B, P]``
+Both shortcuts are taken only where the structure holds by construction — the plugin runs no
+hook of its own on the way to the message and its mechanisms there add their noise last
+(:attr:`~bench.evaluation.oracle.DefenseOracle.separable_by_construction`,
+:attr:`~bench.evaluation.oracle.DefenseOracle.additive_by_construction`); a plugin's own
+``outgoing`` is always evaluated on the actual queries, even when it is additive (a public
+shift), since probes cannot rule out a hook that acts differently on the attack's gradients.
+Then checked as well, on the problems' own ``θ``, nodes and rounds: for random ``G [K, B, P]``
 at each of :data:`PROBE_SCALES` times the RMS of each problem's observed gradient (below, at and
 far above the observed scale: a clipping, a rounding, a sparsification or a noise whose scale
 follows the gradients shows at one of them), ``D_m(G) − c_m`` must equal ``D_0(G) − c_0`` for
@@ -33,7 +39,9 @@ from collections.abc import Callable
 
 import torch
 
-from bench.defense.hooks import RoundContext
+from bench.defense.hooks import DefenseHooks, RoundContext
+from bench.defense.mechanisms import MessageNoise, PerSampleGaussian, PrivateDSGD
+from bench.defense.runner import NodeRunner
 from bench.evaluation.oracle_autodiff import round_groups
 
 #: the probe scales, times the RMS of each problem's observed gradient
@@ -95,3 +103,35 @@ def zero_draw(
             ctx = RoundContext(int(rounds[idx][0]), 0, nodes[idx])
             out[idx] = call(0, theta[idx], theta.new_zeros(theta[idx].shape[0], batch, theta.shape[1]), ctx)
     return out
+
+
+#: the plugin's per-node hooks on the way from a node's gradients to its message
+SEND_NODE_HOOKS = frozenset(
+    {"per_sample_gradients", "sample_weights", "sample_sum", "local_gradients", "local_update", "outgoing"}
+)
+#: mechanisms whose noise is independent of the gradients and their last step on the way to a
+#: message (:func:`separable_by_construction`)
+SEPARABLE_MECHANISMS = (PerSampleGaussian, PrivateDSGD, MessageNoise)
+
+
+def _structure(hooks: DefenseHooks) -> tuple[frozenset[str], tuple[type, ...]]:
+    """The plugin's own send-side hooks and the types of its mechanisms."""
+    if not isinstance(hooks, NodeRunner):
+        return frozenset(), ()
+    return hooks.node_hooks & SEND_NODE_HOOKS, tuple(type(m) for m in hooks.specs)
+
+
+def additive_by_construction(hooks: DefenseHooks) -> bool:
+    """``D_m(G) = mean_b G + c_m`` holds by construction: the plugin runs no hook of its own on
+    the way to the message and its only mechanism there is message noise."""
+    own, mechanisms = _structure(hooks)
+    return not own and all(m is MessageNoise for m in mechanisms)
+
+
+def separable_by_construction(hooks: DefenseHooks) -> bool:
+    """``D_m(G) = f(G) + c_m`` holds by construction: the plugin runs no hook of its own on the
+    way to the message, and its mechanisms there add noise independent of the gradients as their
+    last step (DP-SGD's, private D-SGD's, message noise). Only then do the oracle's shortcuts
+    apply: a plugin's own hooks are always evaluated on the attack's actual queries."""
+    own, mechanisms = _structure(hooks)
+    return not own and all(m in SEPARABLE_MECHANISMS for m in mechanisms)

@@ -16,8 +16,8 @@ from typing import Any
 
 from bench.core.params import call_with_params
 from bench.core.wire import unblob
-from bench.defense.hooks import overridden_hooks
-from bench.defense.plugin import build_defense
+from bench.defense.loading import build_defense
+from bench.defense.plugin import acting_points
 from bench.protocols import PROTOCOLS
 
 
@@ -25,7 +25,8 @@ def describe_defense(request: dict[str, Any]) -> dict[str, Any]:
     """Child side. ``request``: ``name``, ``params``, ``source`` (a blob), ``root``, and
     ``protocols``: ``key -> [protocol name, protocol params]``. Returns ``protocols`` (the
     names the defense declares), ``threats`` (the threat models it claims to address),
-    ``adaptive_knowledge``, ``hooks`` (the hooks it overrides) and, per key, ``reason`` (``None`` when
+    ``adaptive_knowledge``, ``hooks`` (the hook points where it acts), ``mechanisms`` (the names
+    of the harness mechanisms it uses) and, per key, ``reason`` (``None`` when
     it applies) and ``overrides``."""
     defense = build_defense(
         request["name"], request["params"], Path(request["root"]), unblob(request["source"])
@@ -39,7 +40,8 @@ def describe_defense(request: dict[str, Any]) -> dict[str, Any]:
         "protocols": list(defense.protocols),
         "threats": [str(t) for t in defense.threats],
         "adaptive_knowledge": dict(defense.adaptive_knowledge()),
-        "hooks": sorted(overridden_hooks(defense)),
+        "hooks": sorted(acting_points(defense)),
+        "mechanisms": [type(m).__name__ for m in defense.mechanisms()],
         "per_protocol": per_key,
     }
 
@@ -74,6 +76,7 @@ class DefensePlan:
     overrides: dict[str, dict[str, Any]]
     adaptive_knowledge: dict[str, Any]
     threats: tuple[str, ...] = ()
-    #: the hooks the defense overrides (:func:`~bench.defense.hooks.overridden_hooks`): which
-    #: generic defense-aware variants have anything to put into their objective
+    #: the hook points where the defense acts, by its own hooks or its mechanisms
+    #: (:func:`~bench.defense.plugin.acting_points`): which generic defense-aware variants have
+    #: anything to put into their objective
     hooks: tuple[str, ...] = ()

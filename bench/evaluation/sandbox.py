@@ -1,6 +1,6 @@
 """The operating-system sandbox of the processes that run defense code.
 
-A simulation process and the channel audit's process each run the defense's code. Separate
+A simulation process and a defense oracle's process each run the defense's code. Separate
 processes already keep their objects, module globals and class attributes apart; what they would
 still share is the machine: files, sockets, System V IPC. A child that runs defense code therefore
 enters a sandbox of its own before the first request (:func:`enter`), with the kernel's

@@ -12,13 +12,22 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.wire import blob, unblob
-from bench.defense.plugin import build_defense
+from bench.defense.contract import HookContractError
+from bench.defense.frozen import FrozenDefenseError
+from bench.defense.hooks import run_info_to_wire
+from bench.defense.loading import build_defense
+from bench.defense.plugin import DefenseFrozen
+from bench.defense.runner import DefenseCodeError
 from bench.evaluation import isolation, sandbox
 from bench.simulation.engine import Simulation, TrainingDiverged
 from bench.simulation.lightning import quiet_lightning, run_simulation
 from bench.spec.schema import TaskSpec
 from bench.threats import build_threat
 from bench.threats.active.threat import adversary_of
+
+#: what a defense's code does against the per-node contract (:mod:`bench.defense.runner`): the
+#: job is refused with the reason, and the entry is never ranked
+REFUSALS = (HookContractError, DefenseCodeError, DefenseFrozen, FrozenDefenseError)
 
 
 def simulate(request: dict[str, Any]) -> dict[str, Any]:
@@ -31,23 +40,20 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         ``source``: the plugin's bytes as a :func:`~bench.core.wire.blob`, ``root``), ``record``
         (``rounds``: a list or ``"all"``, ``kinds``: a list or ``None``, ``totals``, ``series``:
         ``{"rounds": [...], "last": bool}``, the states kept for the scorer's series),
-        ``audit`` (the byte budget of the aggregation log, or ``None``), ``audit_calls`` (the
-        most calls it keeps, a uniform sample), ``row_locality`` (the
-        rate of send-side hook calls checked to be row-local, or ``None``), ``progress``
-        (Lightning's bar), ``log_dir``.
+        ``progress`` (Lightning's bar), ``log_dir``.
 
     Returns
     -------
     dict
-        ``status`` (``"ok"`` or ``"diverged"`` with ``reason``); when ok: ``views``
+        ``status`` (``"ok"``, or ``"diverged"`` or ``"refused"`` — the defense broke the per-node
+        contract, :data:`REFUSALS` — with ``reason``); when ok: ``views``
         (threat → the serialized View as a blob), ``theta [N, P]``, ``global [P]`` or
         ``None``, ``rounds``,
-        ``evaluations``, ``device``, ``accounting``, ``series`` (``round -> {"theta", "global"?}``:
-        the states at the start of ``record["series"]``'s rounds), ``aggregations`` (the
-        logged aggregations the channel audit replays, :mod:`bench.evaluation.audit`; ``None`` when the
-        defense runs no aggregation code of its own), ``sandbox`` (what this process entered,
-        :func:`bench.evaluation.sandbox.enter`), ``row_locality`` (the first send-side hook call
-        found to read other nodes' rows, if any).
+        ``evaluations``, ``device``, ``accounting`` (the harness's mechanisms' and the defense's
+        notes, :meth:`bench.defense.runner.NodeRunner.accounting`), ``series``
+        (``round -> {"theta", "global"?}``: the states at the start of ``record["series"]``'s
+        rounds), ``sandbox`` (what this process entered, :func:`bench.evaluation.sandbox.enter`),
+        ``run_info`` (the run's facts the defense was bound with, for the defense oracle).
     """
     quiet_lightning()
     task = TaskSpec.model_validate_json(request["task"])
@@ -56,6 +62,16 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
     defense = build_defense(d["name"], d["params"], Path(d["root"]), unblob(d["source"]))
     threats = {th.name: build_threat(th.name, **th.params) for th in task.threats}
     record = request["record"]
+    try:
+        return _simulate(request, task, defense, threats, record, sandboxed)
+    except REFUSALS as exc:  # the defense broke the per-node contract: refused, never scored
+        return {"status": "refused", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+
+
+def _simulate(
+    request: dict[str, Any], task: TaskSpec, defense: Any, threats: dict[str, Any], record: dict[str, Any],
+    sandboxed: str,
+) -> dict[str, Any]:  # fmt: skip
     sim = Simulation(
         task.simulation.model_copy(update={"seed": int(request["seed"])}),
         hooks=defense,
@@ -66,17 +82,11 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         record_totals=record["totals"],
         series_rounds=record.get("series", {}).get("rounds", ()),
         series_last=bool(record.get("series", {}).get("last", False)),
-        audit=request.get("audit"),
-        row_locality=request.get("row_locality"),
-        audit_calls=request.get("audit_calls"),
     )
     log_dir = request.get("log_dir")
     try:
         module = run_simulation(
-            sim,
-            callbacks=defense.callbacks(),
-            progress=bool(request.get("progress")),
-            log_dir=Path(log_dir) if log_dir else None,
+            sim, progress=bool(request.get("progress")), log_dir=Path(log_dir) if log_dir else None
         )
     except TrainingDiverged as exc:
         return {"status": "diverged", "reason": str(exc)}
@@ -89,9 +99,8 @@ def simulate(request: dict[str, Any]) -> dict[str, Any]:
         "rounds": int(sim.round_index),
         "evaluations": len(module.history),
         "device": str(sim.device),
-        "accounting": defense.accounting(),
+        "accounting": sim.hooks.accounting(),
         "series": {int(t): {k: v.cpu() for k, v in snap.items()} for t, snap in sim.series.items()},
-        "aggregations": None if sim.channel.audit is None else sim.channel.audit.calls,
         "sandbox": sandboxed,
-        "row_locality": [] if sim.row_locality is None else sim.row_locality.violations[:1],
+        "run_info": run_info_to_wire(sim.run_info()),
     }

@@ -11,6 +11,7 @@ measured.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -256,6 +257,20 @@ class Scorer:
         n = int(nd.counts[rec.node])
         return Truth(rec.node, rec.round, nd.x[rec.node, :n].to(torch.float64), nd.y[rec.node, :n])
 
+    def _metrics(
+        self, metric_names: tuple[str, ...], recs: list[Reconstruction], truths: list[Any]
+    ) -> tuple[float | None, dict[str, float]]:
+        """The headline's leakage and every metric's numbers of ``recs`` against ``truths``."""
+        values: dict[str, float] = {}
+        leakage = None
+        for i, metric_name in enumerate(metric_names):
+            metric = build_metric(metric_name)
+            numbers = metric.compute(recs, truths, self.info)
+            values.update({f"{metric_name}.{k}": float(v) for k, v in numbers.items()})
+            if i == 0:
+                leakage = float(metric.leakage(numbers))
+        return leakage, values
+
     def score(
         self,
         threat: str,
@@ -263,10 +278,13 @@ class Scorer:
         metric_names: tuple[str, ...],
         outcome: dict[str, Any],
         grid: Path | None,
+        by_round: bool = False,
     ) -> AttackOutcome:
         """An attack process's outcome → :class:`AttackOutcome` (metrics, normalized leakage of
         the headline metric, clipped to ``[0, 1]``); a malformed or empty answer is a failed
-        attack with its reason, never a zero leakage."""
+        attack with its reason, never a zero leakage. With ``by_round``, the reconstructions of
+        each round are scored on their own and the worst round's metrics kept
+        (``worst_round``, ``rounds_attacked``; :mod:`bench.evaluation.rounds`)."""
         runtime = float(outcome.get("runtime_s", 0.0)) if isinstance(outcome, dict) else 0.0
         try:
             if not isinstance(outcome, dict) or outcome.get("status") != "ok":
@@ -277,15 +295,21 @@ class Scorer:
             recs = [Reconstruction.from_wire(r) for r in outcome["reconstructions"]]
             if not recs:
                 raise AttackError("the attack produced no reconstruction (nothing observed in its rounds?)")
-            truths = [self.truth(r) for r in recs]
-            values: dict[str, float] = {}
-            leakage = None
-            for i, metric_name in enumerate(metric_names):
-                metric = build_metric(metric_name)
-                numbers = metric.compute(recs, truths, self.info)
-                values.update({f"{metric_name}.{k}": float(v) for k, v in numbers.items()})
-                if i == 0:
-                    leakage = float(metric.leakage(numbers))
+            if not all(_finite(r) for r in recs):
+                raise AttackError("the attack's reconstruction holds non-finite values")
+            rounds = sorted({int(r.round) for r in recs}) if by_round else [None]
+            best: tuple[float, dict[str, float], list[Reconstruction], list[Any]] | None = None
+            for t in rounds:
+                group = [r for r in recs if t is None or int(r.round) == t]
+                truths = [self.truth(r) for r in group]
+                leak, numbers = self._metrics(metric_names, group, truths)
+                if best is None or (leak is not None and (best[0] is None or leak > best[0])):
+                    best = (leak, numbers, group, truths)
+            assert best is not None
+            leakage, values, recs, truths = best
+            if by_round:
+                values["rounds_attacked"] = float(len(rounds))
+                values["worst_round"] = float(recs[0].round)
             if grid is not None and self.info.is_image and all(r.x is not None for r in recs):
                 try:  # a picture for the page; it never fails the attack
                     save_grid(recs, truths, self.info, grid / f"{threat}_{name}.png")
@@ -299,3 +323,15 @@ class Scorer:
         except Exception as exc:  # a reconstruction that cannot be scored fails the attack only
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             return AttackOutcome(threat, name, "failed", reason=reason, runtime_s=runtime)
+
+
+def _finite(rec: Reconstruction) -> bool:
+    """Whether every real tensor of a reconstruction is finite."""
+    for value in (getattr(rec, f.name) for f in dataclasses.fields(rec)):
+        if (
+            isinstance(value, torch.Tensor)
+            and value.is_floating_point()
+            and not bool(torch.isfinite(value).all())
+        ):
+            return False
+    return True

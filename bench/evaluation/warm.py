@@ -5,8 +5,9 @@ Lightning's ``Trainer``, of ``torch.func`` transforms, of each protocol family a
 dataset and model registries pays one-time costs (lazy imports, dispatcher set-up); paying them
 here, once, means every forked child starts warm. The server runs single-threaded
 (``torch.set_num_threads(1)``, so no OpenMP pool exists to be broken by ``fork``); each child
-sets its own thread count. Nothing of these runs is kept: they are undefended two-round runs on
-synthetic data, and no defense code is ever imported here.
+sets its own thread count. Nothing of these runs is kept: they are two-round runs on synthetic
+data, one of them through the harness's per-node path (:class:`_Warm`, bench's own identity
+hooks run with ``vmap`` by :mod:`bench.defense.runner`); no defense plugin is ever imported here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,24 @@ from __future__ import annotations
 import gc
 
 import torch
+
+
+def _warm_defense() -> object:
+    """A per-node defense of bench's own whose hooks are identities: the first ``vmap`` through
+    the runner pays its one-time costs here."""
+    from bench.defense.plugin import Defense
+
+    class _Warm(Defense):
+        def local_gradients(self, grad, node):  # type: ignore[no-untyped-def]
+            return grad * 1.0
+
+        def outgoing(self, payload, msg):  # type: ignore[no-untyped-def]
+            return payload * 1.0
+
+        def decode(self, payload, msg):  # type: ignore[no-untyped-def]
+            return payload * 1.0
+
+    return _Warm()
 
 
 def _warm() -> None:
@@ -59,10 +78,9 @@ def _warm() -> None:
             [],
         ),
     ]
-    for config, threat, attacks in runs:
-        sim = Simulation(
-            config, hooks=DefenseHooks(), threats={threat: build_threat(threat)}, record_rounds=[0]
-        )
+    for i, (config, threat, attacks) in enumerate(runs):
+        hooks = _warm_defense() if i == 1 else DefenseHooks()
+        sim = Simulation(config, hooks=hooks, threats={threat: build_threat(threat)}, record_rounds=[0])
         run_simulation(sim)
         view = sim.view(threat)
         for name, params in attacks:

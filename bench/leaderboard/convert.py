@@ -63,6 +63,15 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
+def _rounds(value: Any) -> list[int] | None:
+    """The recorded attacked rounds as a list of ints (``None`` when not recorded)."""
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value
+    ):
+        return None
+    return [int(t) for t in value]
+
+
 def summarize(r: JobResult) -> JobSummary:
     """The summary of one stored job (what an entry keeps of it)."""
     eps = r.epsilon
@@ -93,8 +102,10 @@ def summarize(r: JobResult) -> JobSummary:
         runtime_s=float(r.runtime_s),
         epsilon=None if eps is None else (eps[0] if math.isfinite(eps[0]) else None),
         delta=None if eps is None else eps[1],
+        epsilon_claimed=_num(r.claimed_epsilon),
         epsilon_basis=r.epsilon_basis,
         version=str(r.provenance.get("version", "legacy")),
+        attacked_rounds=_rounds(r.provenance.get("attacked_rounds")),
         timestamp=str(r.provenance.get("timestamp", "")),
         claims=r.provenance.get("claims"),
         threads=r.provenance.get("threads"),
@@ -109,6 +120,8 @@ def restore(j: JobSummary, label: str, name: str, params: dict[str, Any]) -> Job
     provenance: dict[str, Any] = {"version": j.version, "timestamp": j.timestamp}
     if j.claims is not None:
         provenance["claims"] = list(j.claims)
+    if j.attacked_rounds is not None:
+        provenance["attacked_rounds"] = list(j.attacked_rounds)
     if j.threads is not None:
         provenance["threads"] = j.threads
     if j.utility_rule is not None:
@@ -118,7 +131,13 @@ def restore(j: JobSummary, label: str, name: str, params: dict[str, Any]) -> Job
         metrics[REFERENCE_METRIC] = j.utility_reference
     if j.utility_reference_lr is not None:
         metrics[REFERENCE_METRIC + "_lr"] = j.utility_reference_lr
-    accounting = {} if j.epsilon is None else {"epsilon": j.epsilon, "delta": j.delta, **j.epsilon_basis}
+    accounting: dict[str, Any] = (
+        {}
+        if j.epsilon is None
+        else {"epsilon": j.epsilon, "delta": j.delta, "verified": True, **j.epsilon_basis}
+    )
+    if j.epsilon_claimed is not None:
+        accounting.update({"claimed_epsilon": j.epsilon_claimed, "verified": False})
     return JobResult(
         key=j.key,
         task=j.task,
@@ -169,6 +188,7 @@ def tracks_of(results: list[JobResult]) -> list[TrackSummary]:
                 epsilon_mean=_num(rec["epsilon_mean"]),
                 epsilon_basis=str(rec["epsilon_basis"]),
                 epsilon_lb=_num(rec["epsilon_lb"]),
+                epsilon_unverified=bool(rec.get("epsilon_unverified", False)),
                 claimed=bool(rec["claimed"]),
             )
         )

@@ -62,7 +62,7 @@ def coverage_problems(entries: list[Entry], paths: list[Path], root: Path) -> li
     (derived again here), one problem each, naming the file. An entry whose defense is not a
     plugin of ``root`` is passed over (without ``--allow-uncommitted`` validate refuses it for
     its missing declaration)."""
-    from bench.defense.plugin import defenses_dir
+    from bench.defense.loading import defenses_dir
 
     problems = []
     for path, entry in zip(paths, entries, strict=True):

@@ -36,7 +36,8 @@ def declarations_in_child(request: dict[str, Any]) -> dict[str, dict[str, str]]:
     root = Path(request["root"])
     if isolation.IN_CHILD:  # before any plugin code runs, as the simulation processes do
         sandbox.enter("declarations", readable=[root])
-    from bench.defense.plugin import DEFENSES, load_all_defenses
+    from bench.defense.loading import load_all_defenses
+    from bench.defense.plugin import DEFENSES
 
     load_all_defenses(root)  # a plugin that does not load declares nothing
     out = {}

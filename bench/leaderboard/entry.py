@@ -60,8 +60,11 @@ class JobSummary(_Strict):
     privacy: dict[str, float] = Field(default_factory=dict, description="threat -> 1 − worst leakage")
     attacks: list[AttackSummary] = Field(default_factory=list)
     runtime_s: float
-    epsilon: float | None = None
+    epsilon: float | None = Field(None, description="The ε the harness's mechanisms accounted (verified).")
     delta: float | None = None
+    epsilon_claimed: float | None = Field(
+        None, description="An ε the harness did not verify (the defense's own): shown as 'ε not verified'."
+    )
     epsilon_basis: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -71,6 +74,9 @@ class JobSummary(_Strict):
         ),
     )
     version: str = Field(description="The job's code and spec version (entries aggregate the newest).")
+    attacked_rounds: list[int] | None = Field(
+        None, description="The rounds drawn for the job's +later and +window attacks (verify reuses them)."
+    )
     timestamp: str = ""
     claims: list[str] | None = Field(None, description="The threat models the defense claims to address.")
     threads: int | None = Field(
@@ -100,6 +106,7 @@ class TrackSummary(_Strict):
     epsilon_mean: float | None = None
     epsilon_basis: str = Field("", description="How the ε was accounted, in words (its jobs' epsilon_basis).")
     epsilon_lb: float | None = None
+    epsilon_unverified: bool = Field(False, description="A job claimed an ε the harness did not verify.")
     claimed: bool = True
 
 

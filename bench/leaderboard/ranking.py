@@ -20,7 +20,9 @@ the store and are listed by :func:`superseded_versions`.
   reference utility), among entries with at least one successful seed, a privacy score, a
   utility that keeps the track's floor (``utility_mean ≥ floor``, ``≤`` for a lower-is-better
   metric; the floor is a fraction of the reference where the task declares one), no job
-  refused by the channel audit (:mod:`bench.evaluation.audit`), and — for a committed entry — every
+  refused (its defense broke the per-node contract, :mod:`bench.evaluation.sim_worker`), an ε —
+  where one is shown — that the attacks' empirical lower bound does not refute (a refuted ε is a
+  false claim: ``epsilon_exceeded``), and — for a committed entry — every
   job its suite plans for its defense (not ``partial``: :mod:`bench.leaderboard.coverage`), by
   ``privacy_mean`` descending, ties broken by utility (better first), then by label (ranks
   ``1..k``, deterministic). Other entries are listed with rank ``<NA>``.
@@ -80,6 +82,7 @@ BASE_COLUMNS: tuple[str, ...] = (
     "epsilon_basis",
     "epsilon_lb",
     "epsilon_exceeded",
+    "epsilon_unverified",
     "seeds",
     "failed",
     "last_failure",
@@ -142,8 +145,10 @@ class _RankedEntry:  # a row of entry_table while it is gathered: a defense's jo
     bases: dict[str, None] = field(default_factory=dict)
     epsilon_lb: list[float] = field(default_factory=list)
     claimed: bool = True
-    #: a job of the entry was refused by the channel audit
+    #: a job of the entry was refused (its defense broke the per-node contract)
     refused: bool = False
+    #: a job claimed an ε the harness did not verify
+    unverified: bool = False
     #: the entry misses jobs of its suite (``provenance["coverage"]``): why, or ``""``
     partial: str = ""
 
@@ -167,29 +172,19 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``track, task, threat, defense, privacy_mean, privacy_std, utility_mean,
-        utility_std, utility_floor, utility_metric, epsilon_mean, epsilon_delta, epsilon_lb,
-        epsilon_exceeded, seeds, failed,
-        last_failure, runtime_mean`` (``epsilon_mean``: the mean over successful seeds of the ε
-        the defense's accounting reports, NaN for a defense without a guarantee or one that does
-        not claim the track's threat model, ``inf`` for one with ε = ∞; ``epsilon_delta``: its
-        largest δ; ``epsilon_basis``: how it was accounted (:func:`epsilon_basis_text`:
-        accountant, relation, sampling); ``epsilon_lb``: the empirical ε lower bound of the
-        track's membership attacks — per job the largest over its attacks, mean over seeds, NaN
-        without a membership attack; ``epsilon_exceeded``: the lower bound is
-        above the claimed ε, a guarantee the attacks refute (at the bound's nominal confidence,
-        :mod:`bench.attacks.membership.epsilon`); ``last_failure``: the reason of the entry's most recent
-        failed job — latest ``provenance["timestamp"]``, the later in ``results`` on a tie — or
-        ``""``), one ``leakage:<attack>`` column per attack (mean over successful seeds, NaN where the attack
-        failed everywhere or is not in the track's suite; adaptive variants are attacks named
-        ``<name>+adaptive``), ``worst_attack`` (:func:`worst_attack`), ``claimed`` (the defense
-        claims to address the track's threat model: ``provenance["claims"]``, the defense's
-        :attr:`~bench.defense.plugin.Defense.threats`; a job without the record counts as claiming),
-        ``above_floor`` (bool) and ``rank`` (``Int64``, 1 = best, ``<NA>`` unranked: below the
-        floor, not claimed, refused, partial, or without a successful seed or attack); ``partial``
-        (str): why a committed entry does not cover its suite, or ``""``. ``df.attrs["track_attacks"]``
-        maps each track to the attacks of its suite. A job fails on every track of its task; the
-        tracks of a task are the threats named by any of its jobs.
+        One row per (track, defense label): privacy and utility means and sample standard
+        deviations, the floor and metric, ``epsilon_mean`` (the mean verified ε over successful
+        seeds; NaN without a guarantee or where the defense does not claim the track's threat
+        model, ``inf`` for ε = ∞), ``epsilon_delta``, ``epsilon_basis``
+        (:func:`epsilon_basis_text`), ``epsilon_lb`` (the track's membership attacks' empirical ε
+        lower bound, :mod:`bench.attacks.membership.epsilon`), ``epsilon_exceeded`` (the bound
+        refutes the ε), ``epsilon_unverified`` (a job claimed an ε the harness did not verify),
+        ``seeds``, ``failed``, ``last_failure`` (the most recent failed job's reason),
+        ``runtime_mean``, one ``leakage:<attack>`` column per attack and variant, ``worst_attack``,
+        ``claimed`` (``provenance["claims"]``), ``refused``, ``partial`` (why a committed entry
+        misses jobs of its suite, or ``""``), ``above_floor`` and ``rank`` (``Int64``, ``<NA>``:
+        unranked). ``df.attrs["track_attacks"]`` maps each track to the attacks of its suite. A job
+        fails on every track of its task; the tracks of a task are the threats of its jobs.
 
     Only the newest version of each entry is aggregated (:func:`split_versions`); the number of
     jobs left out is ``df.attrs["superseded"]``.
@@ -222,8 +217,8 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             suites[track_id(r.task, threat)].update(a.attack for a in outcomes)
             if r.status != "ok":
                 e.failed += 1
-                if (r.provenance.get("audit") or {}).get("status") == "refused":
-                    e.refused = True  # data moved outside the channel: never ranked
+                if r.provenance.get("refused"):
+                    e.refused = True  # the defense broke the per-node contract: never ranked
                 order = (str(r.provenance.get("timestamp", "")), i)
                 if order >= e.failure_order:
                     e.failure_order = order
@@ -233,6 +228,8 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             if _finite(r.utility):
                 e.utility.append(float(r.utility))  # type: ignore[arg-type]
             e.runtime.append(float(r.runtime_s))
+            if r.epsilon is None and r.claimed_epsilon is not None:
+                e.unverified = True
             if (dp := r.epsilon) is not None:
                 e.epsilon.append(dp[0])
                 e.deltas += [dp[1]] if dp[1] is not None else []
@@ -276,6 +273,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             "epsilon_exceeded": bool(
                 e.claimed and e.epsilon and e.epsilon_lb and _mean(e.epsilon_lb) > _mean(e.epsilon)
             ),
+            "epsilon_unverified": e.unverified,
             "seeds": e.seeds,
             "failed": e.failed,
             "last_failure": e.last_failure,
@@ -298,6 +296,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             "last_failure": "object",
             "claimed": "bool",
             "refused": "bool",
+            "epsilon_unverified": "bool",
             "partial": "object",
             "epsilon_basis": "object",
         }
@@ -322,6 +321,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             & (group["track_status"] == RANKED)
             & group["claimed"]
             & ~group["refused"]
+            & ~group["epsilon_exceeded"]
             & (group["partial"] == "")
             & (group["seeds"] >= 1)
             & group["privacy_mean"].notna()

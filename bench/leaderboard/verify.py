@@ -229,6 +229,8 @@ def verify_entry(
                 f"(job key {stated.key[:12]}, now {job.key[:12]}); export the entry again"
             )
         else:
+            if stated.attacked_rounds is not None:  # the same rounds as the entry's run
+                job.later = tuple(stated.attacked_rounds)
             runnable.append((stated, job))
     if not runnable:
         return report

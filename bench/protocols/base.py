@@ -6,7 +6,7 @@ can be built and tested without a whole simulation. It computes gradients throug
 :meth:`Protocol.gradients` (the defense's gradient hooks), sends every message through the
 :class:`~bench.simulation.channel.Channel` (``outgoing`` hook, adversary, transcript) and
 combines what was delivered through :meth:`~bench.simulation.channel.Channel.aggregate`
-(``wrap_aggregation`` hook): the defense contract of :mod:`bench.defense.hooks`, honoured
+(``decode`` and the mechanisms' wrapped rule): the defense contract of :mod:`bench.defense.hooks`, honoured
 at the same points by every protocol.
 """
 
@@ -20,7 +20,7 @@ import torch
 
 from bench.core.errors import require, require_number, require_positive_int
 from bench.core.registry import Registry
-from bench.defense.hooks import Aggregator, DefenseHooks, RoundContext, overridden_hooks
+from bench.defense.hooks import Aggregator, DefenseHooks, RoundContext
 from bench.simulation.messages import MessageBatch
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class ProtocolContext:
         The vectorized per-node loss and gradients.
     channel:
         Sends messages (defense ``outgoing``, adversary, transcript) and runs aggregation rules
-        (defense ``wrap_aggregation``); ``channel.hooks`` are the defense's hooks.
+        (the defense's ``decode`` and mechanisms); ``channel.hooks`` are the defense's hooks.
     node_data:
         The stacked local datasets (sizes ``counts`` for weighting; the values themselves for
         gossip averaging of local means).
@@ -100,7 +100,7 @@ class Protocol(ABC):
     MESSAGE_KINDS: ClassVar[dict[str, str]] = {}
     #: the defense hooks the protocol calls (:data:`bench.defense.hooks.HOOK_NAMES`)
     hook_points: ClassVar[frozenset[str]] = frozenset(
-        {"per_sample_gradients", "local_gradients", "outgoing", "wrap_aggregation", "should_stop"}
+        {"per_sample_gradients", "local_gradients", "outgoing", "decode", "should_stop"}
     )
 
     def __init__(self) -> None:
@@ -133,8 +133,8 @@ class Protocol(ABC):
 
     def aggregation_rule(self, kind: str, ctx: RoundContext) -> Aggregator:
         """The receivers' rule ``aggregate(own, delivered) -> new`` for delivered messages of
-        ``kind`` at ``ctx`` (what the protocol hands the channel, and what the channel audit
-        hands a fresh defense when it replays an aggregation, :mod:`bench.evaluation.audit`)."""
+        ``kind`` at ``ctx`` (what the protocol hands the channel, which runs it on the decoded
+        deliveries)."""
         raise NotImplementedError(f"{type(self).__name__} has no aggregation of {kind} messages")
 
     def delivery_slots(self, delivered: MessageBatch, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,8 +142,8 @@ class Protocol(ABC):
         :meth:`aggregation_rule`, which is linear in every delivered message: the row of the
         rule's output it lands in ``[E]`` (``0`` for a server's single output) and its coefficient
         ``c_e`` ``[E]``, so that ``aggregate(own, D) − aggregate(own, D with m_e = 0)`` is
-        ``c_e m_e`` in that row. What an insider's own code makes of a delivered message is read
-        through it (:mod:`bench.simulation.decoding`)."""
+        ``c_e m_e`` in that row. The rows say which row of the rule's own state each delivery is
+        combined with (``msg.own`` of the defense's ``decode``, :mod:`bench.simulation.channel`)."""
         raise NotImplementedError(f"{type(self).__name__} does not declare its delivery slots")
 
     def observed_gradient(
@@ -272,7 +272,7 @@ class Protocol(ABC):
         if nodes is not None:
             x, y, mask = x[nodes], y[nodes], mask[nodes]
         hooks = self.context.hooks
-        overridden = overridden_hooks(hooks)
+        overridden = hooks.active_hooks()
         fused = not momentum and not hooks.per_sample and "local_gradients" not in overridden
         in_place = own and nodes is None and "local_update" not in overridden
         start = theta

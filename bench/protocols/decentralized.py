@@ -5,8 +5,8 @@ batch per gossip step, plaintext, delivered along every directed edge of the gra
 
 Defense contract: D-PSGD's gradients pass ``per_sample_gradients``/``local_gradients`` and its
 half-step models ``local_update``; every gossip step's broadcast passes ``outgoing``; the mixing
-``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}`` is the aggregation rule (``wrap_aggregation``, with
-``own`` = the receivers' own vectors).
+``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}`` is the aggregation rule (``decode`` per delivered message,
+then the rule, with ``own`` = the receivers' own vectors).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class DPSGD(_Gossiping):
     -----
     per_sample_gradients, local_gradients: each local step
     local_update: the half-step model ``Θ_v^{t+½}``
-    wrap_aggregation: the mix ``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}``
+    decode: the mix ``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}``
     """
 
     def __init__(
@@ -174,11 +174,11 @@ class GossipAveraging(_Gossiping):
 
     Hooks
     -----
-    wrap_aggregation: the mix ``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}``
+    decode: the mix ``x_v⁺ = W_vv x_v + Σ_u W_vu m_{u→v}``
     """
 
     uses_data = False
-    hook_points = frozenset({"outgoing", "wrap_aggregation", "should_stop"})
+    hook_points = frozenset({"outgoing", "decode", "should_stop"})
 
     def __init__(self, gossip_steps: int = 1) -> None:
         super().__init__()

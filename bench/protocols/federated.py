@@ -11,7 +11,7 @@ dataset sizes ``n_c`` (``weighting="samples"``, McMahan et al.).
 Defense contract: clients' gradients pass ``per_sample_gradients``/``local_gradients``; FedAvg's
 local models pass ``local_update``; the clients' uploads pass ``outgoing`` (the server's
 broadcast does not); the server's weighted mean ``Σ_c p_c m_c`` is the aggregation rule
-(``wrap_aggregation``, with ``own`` = the models the clients received).
+(``decode`` per delivered message, then the rule, with ``own`` = the models the clients received).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ class FedSGD(_Federated):
     Hooks
     -----
     per_sample_gradients, local_gradients: the client's gradient (its upload)
-    wrap_aggregation: the server's weighted mean ``Σ_c p_c m_c``
+    decode: the server's weighted mean ``Σ_c p_c m_c``
     """
 
     def __init__(
@@ -258,7 +258,7 @@ class FedAvg(_Federated):
     -----
     per_sample_gradients, local_gradients: each local step
     local_update: the local model ``θ_c(t)``
-    wrap_aggregation: the server's weighted mean ``Σ_c p_c m_c``
+    decode: the server's weighted mean ``Σ_c p_c m_c``
     """
 
     def __init__(

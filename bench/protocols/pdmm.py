@@ -39,7 +39,7 @@ Defense contract: every gradient evaluation of the solvers (each inner step) pas
 reduction multiplies by ``n_i`` afterwards); the closed-form least-squares solve evaluates no
 gradient. ``w^(t)`` passes ``local_update``; the ``z0`` and ``delta_z``/``z`` messages pass
 ``outgoing``; the receivers' integration ``z ← z + Δz`` (or ``z ← z``-as-delivered) is the
-aggregation rule (``wrap_aggregation``, ``own`` = the current ``z`` rows).
+aggregation rule (``decode`` per delivered message, then the rule, ``own`` = the current ``z`` rows).
 
 Indexing: ``w^(t)`` is the iterate computed in round ``t`` from ``z^(t)``; the one-step solvers
 start from ``w^(t−1)`` (``w^(−1)`` = the common initialization). All nodes and all directed edges
@@ -62,7 +62,6 @@ from bench.defense.hooks import (
     Aggregator,
     DefenseHooks,
     RoundContext,
-    overridden_hooks,
 )
 from bench.protocols.base import PROTOCOLS, BatchPlan, Protocol, ProtocolContext, State, check_batch
 from bench.protocols.pdmm_edges import EdgeStructure, PairLayout
@@ -124,7 +123,7 @@ class PDMM(Protocol):
     -----
     per_sample_gradients, local_gradients: each solver step
     local_update: the local solution ``w^(t)``
-    wrap_aggregation: the receivers' integration ``z ← z + Δz`` (or ``z`` as delivered)
+    decode: the receivers' integration ``z ← z + Δz`` (or ``z`` as delivered)
     """
 
     def __init__(
@@ -334,7 +333,7 @@ class PDMM(Protocol):
         """Whether this run keeps the lean edge state (``edge_state``; see the parameter)."""
         if self.edge_state == "full" or not self.differential or self.record_trajectory:
             return False
-        wrapped = "wrap_aggregation" in overridden_hooks(self.context.hooks)
+        wrapped = "decode" in self.context.hooks.active_hooks()
         if wrapped and self.edge_state == "lean":
             raise BenchInputError(
                 "protocol.edge_state", "lean", reason="the defense wraps the aggregation: use full or auto"

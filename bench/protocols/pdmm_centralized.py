@@ -17,7 +17,7 @@ Defense contract: every gradient evaluation of the local solve passes
 ``per_sample_gradients``/``local_gradients`` (gradient of the mean local loss, times ``n_i``);
 ``w_i^(t+1)`` passes ``local_update``; the clients' ``z_is`` pass ``outgoing`` (the server's
 ``z_si`` do not); the server's average ``w_s = (1/N) Σ_i z_{i|s}`` is the aggregation rule
-(``wrap_aggregation``, ``own`` = the previous server model).
+(``decode`` per delivered message, then the rule, ``own`` = the previous server model).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class CentralizedPDMM(_Federated):
     -----
     per_sample_gradients, local_gradients: each solver step
     local_update: the local solution ``w_i^(t+1)``
-    wrap_aggregation: the server's average ``w_s = (1/N) Σ_i z_{i|s}``
+    decode: the server's average ``w_s = (1/N) Σ_i z_{i|s}``
     """
 
     def __init__(

@@ -147,14 +147,21 @@ class JobResult:
 
     @property
     def epsilon(self) -> tuple[float, float | None] | None:
-        """``(ε, δ)`` of the DP guarantee the defense's accounting reports (ε may be ``inf``;
-        δ ``None`` when not given), ``None`` for a defense without one (no number ``epsilon``).
-        The defense reports it from its simulation process: it is its declaration, reviewed
-        with its source, not a measurement of the harness."""
+        """``(ε, δ)`` of the DP guarantee the harness's own mechanisms account (ε may be ``inf``;
+        δ ``None`` when not given), ``None`` without one: no mechanism with a guarantee, or an ε
+        that is not verified (computed by the defense itself, or voided by a hook of the defense
+        between a mechanism's clipping and its noise: :attr:`claimed_epsilon`)."""
         eps, delta = self.accounting.get("epsilon"), self.accounting.get("delta")
-        if not _is_number(eps) or math.isnan(eps):
+        if not _is_number(eps) or math.isnan(eps) or self.accounting.get("verified") is not True:
             return None
         return float(eps), float(delta) if _is_number(delta) else None
+
+    @property
+    def claimed_epsilon(self) -> float | None:
+        """An ε the harness did not verify (the defense's own, or a mechanism's voided by its
+        hooks): shown as "ε not verified", never as an ε."""
+        eps = self.accounting.get("claimed_epsilon")
+        return float(eps) if _is_number(eps) and not math.isnan(eps) else None
 
     @property
     def epsilon_basis(self) -> dict[str, str]:

@@ -1,7 +1,6 @@
 """Vectorized simulation engine: all nodes of a protocol as stacked tensors (``flat``,
 ``run_data``, ``objective``, ``per_sample``); the channel every message passes through, with
-the defense's hooks and their checks (``channel``, ``messages``, ``hooks``, ``hook_contract``,
-``row_locality``, ``aggregation_log``, ``decoding``); the transcript of what the observers see
+the defense's hooks (``channel``, ``messages``); the transcript of what the observers see
 (``transcript``); the Lightning round loop (``engine``, ``lightning``, ``config``); fused round
 kernels (``kernels``, ``mixing_op``); and utility and training-time metrics (``utility``,
 ``metrics``, ``reference``).

@@ -3,10 +3,19 @@
 ``send`` applies, in order: the defense's ``outgoing`` hook (messages sent by nodes; the
 server's messages are not passed to it), the active adversary's substitution (the adversary's
 own messages), and the transcript recorder (what observers see is what is delivered). The
-returned batch is what receivers get. ``aggregate`` runs a protocol's aggregation rule as
-wrapped by the defense, and logs the call in the :class:`~.aggregation_log.AggregationLog`, from
-which the channel audit (:mod:`bench.evaluation.audit`) recomputes it with a fresh defense in a
-fresh process: the only way from a sender's hooks to a receiver's is a delivered message.
+returned batch is what receivers get. ``aggregate`` runs the receive side: each delivered
+message decoded by its receiver's code, one message at a time (the defense's per-message
+``decode``, :mod:`bench.defense.runner`), then the protocol's own rule as the harness's
+mechanisms wrap it (secure aggregation's unmasking, DP-FedAvg's server noise).
+
+Insiders hold their keys (Kerckhoffs' principle for participants): a threat whose adversary
+takes part in the protocol — the server, a neighbour coalition, an active coalition, an
+eavesdropper's colluders (``Observer.insiders``) — sees each delivery to its own nodes as their
+code decoded it (``View.decoded``), by construction: the decoded message is exactly what entered
+the receiver's aggregation. A transform every receiver undoes with a secret all nodes share
+therefore hides nothing from such an adversary. Only what the adversary cannot decode — masks
+of secure aggregation, whose receivers decode no single message; noise it never saw — earns
+privacy against it.
 """
 
 from __future__ import annotations
@@ -15,9 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-from bench.defense.hooks import AdversaryPolicy, Aggregator, DefenseHooks, RoundContext, overridden_hooks
-from bench.simulation.aggregation_log import AggregationLog
-from bench.simulation.decoding import decode_deliveries
+from bench.defense.hooks import AdversaryPolicy, Aggregator, DefenseHooks, RoundContext
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import Transcript
 
@@ -28,20 +35,17 @@ class Channel:
         hooks: DefenseHooks | None = None,
         adversary: AdversaryPolicy | None = None,
         transcript: Transcript | None = None,
-        audit: AggregationLog | None = None,
     ) -> None:
         self.hooks = hooks or DefenseHooks()
-        #: whether the defense has a receive side of its own (else bench's rule runs as it is)
-        self.receive_side = "wrap_aggregation" in overridden_hooks(self.hooks)
-        #: the aggregations the audit replays; only defense code is logged (bench's own rule is not)
-        self.audit = audit if self.receive_side else None
+        #: whether the defense decodes delivered messages itself (else they enter the rule as sent)
+        self.decodes = bool(getattr(self.hooks, "decodes", False))
         self.adversary = adversary
         self.transcript = transcript
         self.delivered = 0  # number of deliveries, for cost accounting
         self._stored: tuple[MessageBatch, dict[str, int]] | None = None  # the last batch recorded
 
     #: ``(delivered, rows, coef)`` of a protocol's linear rule (``Protocol.delivery_slots``), set
-    #: by the simulation: how the insiders' decoding reads a delivery (:mod:`.decoding`)
+    #: by the simulation: which row of the rule's own state each delivery is combined with
     slots: Callable[[MessageBatch, RoundContext], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def send(self, msgs: MessageBatch, ctx: RoundContext, from_server: bool = False) -> MessageBatch:
@@ -62,33 +66,38 @@ class Channel:
     def aggregate(
         self, aggregate: Aggregator, own: torch.Tensor, delivered: MessageBatch, ctx: RoundContext
     ) -> torch.Tensor:
-        """``aggregate(own, delivered)`` as wrapped by the defense's ``wrap_aggregation``."""
-        wrapped = self.hooks.wrap_aggregation(aggregate, ctx)
-        out = wrapped(own, delivered)
-        if self.audit is not None:
-            self.audit.record(delivered.kind, ctx, own, delivered, out)
-        if self.receive_side:
-            self._decode(wrapped, own, delivered, ctx)
-        return out
-
-    def _decode(
-        self, wrapped: Aggregator, own: torch.Tensor, delivered: MessageBatch, ctx: RoundContext
-    ) -> None:
-        """Record what the insiders' own code decodes the deliveries to them to (the batch was
-        just recorded; :mod:`.decoding`). Only under a defense with a receive side of its own."""
+        """``aggregate(own, delivered)`` on the deliveries as their receivers decode them, as
+        the harness's mechanisms wrap it."""
         stored, self._stored = self._stored, None
-        if stored is None or stored[0] is not delivered or self.slots is None or self.transcript is None:
+        if (
+            self.decodes
+            and self.slots is not None
+            and len(delivered)
+            and delivered.payload.is_floating_point()
+        ):
+            per_edge = delivered.per_edge()
+            rows, _ = self.slots(per_edge, ctx)
+            decoded = self.hooks.decode(per_edge, own, rows, ctx)
+            if stored is not None and stored[0] is delivered:
+                self._record_decoded(per_edge, decoded, stored[1])
+            if not torch.equal(decoded, per_edge.payload):  # an identity decoding keeps the layout:
+                delivered = per_edge.with_payload(decoded)  # the rule's sums stay bit-identical
+        return self.hooks.wrap_aggregation(aggregate, ctx)(own, delivered)
+
+    def _record_decoded(self, per_edge: MessageBatch, decoded: torch.Tensor, stored: dict[str, int]) -> None:
+        """Keep, for every observer of the batch with insiders, the deliveries it saw — those to
+        its insiders as they were decoded, the others as they travelled."""
+        if self.transcript is None or torch.equal(decoded, per_edge.payload):
             return
         observers = self.transcript.observers
-        insiders = sorted({v for name in stored[1] for v in observers[name].insiders})
-        if not insiders:
-            return
-        per_edge = delivered.per_edge()
-        targets = torch.isin(per_edge.receivers, torch.tensor(insiders, device=per_edge.receivers.device))
-        try:
-            slots = self.slots(per_edge, ctx)
-        except NotImplementedError:
-            return
-        payload = decode_deliveries(wrapped, own, per_edge, slots, targets)
-        if payload is not None:
-            self.transcript.record_decoded(per_edge.with_payload(payload), stored[1])
+        for name in stored:
+            insiders = observers[name].insiders
+            if not insiders:
+                continue
+            mine = torch.isin(
+                per_edge.receivers, torch.tensor(sorted(insiders), device=per_edge.receivers.device)
+            )
+            if not bool(mine.any()):
+                continue
+            payload = torch.where(mine[:, None], decoded, per_edge.payload)
+            self.transcript.record_decoded(per_edge.with_payload(payload), {name: stored[name]})

@@ -22,17 +22,16 @@ from bench.core.errors import BenchInputError
 from bench.core.params import call_with_params, check_params
 from bench.data.stacked import NodeBatch, derive_seed
 from bench.defense.hooks import AdversaryPolicy, DefenseHooks, RoundContext, RunInfo
+from bench.defense.plugin import Defense
+from bench.defense.runner import as_hooks
 from bench.protocols import PROTOCOLS, Protocol
 from bench.protocols.base import ProtocolContext
-from bench.simulation import hook_contract
-from bench.simulation.aggregation_log import AggregationLog
 from bench.simulation.channel import Channel
 from bench.simulation.config import DTYPES, SimulationConfig
 from bench.simulation.flat import build_flat_model, output_size
 from bench.simulation.metrics import consensus_distance
 from bench.simulation.mixing_op import GossipMixer
 from bench.simulation.objective import NodeObjective, default_loss
-from bench.simulation.row_locality import RowLocality
 from bench.simulation.run_data import RunData
 from bench.simulation.transcript import Rounds, Transcript
 from bench.simulation.utility import average_model, evaluate_models
@@ -77,7 +76,8 @@ class Simulation:
     config:
         The run's configuration (validated).
     hooks:
-        Defense hooks on gradients, messages, aggregation and stopping.
+        The defense: a plugin (run per node by a :class:`~bench.defense.runner.NodeRunner`) or
+        bench's own stacked hooks.
     adversary:
         An active adversary policy substituting its nodes' messages.
     threats:
@@ -103,20 +103,12 @@ class Simulation:
         :attr:`series` — with ``series_last``, also the last round the run ran — for the scorer's
         per-round series (generalization error and consensus distance at the rounds a
         membership attack scores).
-    audit:
-        Byte budget of the log of aggregations the channel audit replays (:mod:`.aggregation_log`,
-        :mod:`bench.evaluation.audit`); ``None``: nothing is logged.
-    row_locality:
-        Probability that a call of a send-side hook is checked to be row-local
-        (:mod:`.row_locality`); ``None``: never.
-    audit_calls:
-        At most this many aggregations are logged (a uniform sample; ``None``: all that fit).
     """
 
     def __init__(
         self,
         config: SimulationConfig | Mapping[str, Any],
-        hooks: DefenseHooks | None = None,
+        hooks: DefenseHooks | Defense | None = None,
         adversary: AdversaryPolicy | None = None,
         threats: Mapping[str, Threat] | None = None,
         record_rounds: Iterable[int] | str | None = None,
@@ -127,12 +119,9 @@ class Simulation:
         topology: Topology | None = None,
         series_rounds: Iterable[int] = (),
         series_last: bool = False,
-        audit: int | None = None,
-        row_locality: float | None = None,
-        audit_calls: int | None = None,
     ) -> None:
         cfg = config if isinstance(config, SimulationConfig) else SimulationConfig(**config)
-        self.hooks = hooks or DefenseHooks()
+        self.hooks = as_hooks(hooks)
         cfg = with_protocol_overrides(cfg, self.hooks.protocol_overrides(cfg.protocol))
         self.config = cfg
         self.seed = cfg.seed
@@ -179,9 +168,7 @@ class Simulation:
         self.transcript = Transcript(
             dict(self.threats), Rounds.of(record_rounds), kinds, totals=frozenset(record_totals)
         )
-        self.channel = Channel(
-            self.hooks, adversary, self.transcript, audit=AggregationLog.of(audit, audit_calls)
-        )
+        self.channel = Channel(self.hooks, adversary, self.transcript)
 
         self.protocol_context = ProtocolContext(
             n_nodes=cfg.nodes,
@@ -196,20 +183,17 @@ class Simulation:
         )
         self.protocol.bind(self.protocol_context)
         self.channel.slots = self.protocol.delivery_slots
-        self.hooks.bind(self.run_info())
-        #: every overridden hook's output is checked before it is used (:mod:`.hook_contract`)
-        hook_contract.install(self.hooks)
-        #: the row-locality check of the send-side hooks (:mod:`.row_locality`), when asked for
-        self.row_locality = RowLocality(self.hooks, row_locality) if row_locality else None
+        self.hooks.bind(self.run_info(), cfg.seed)
         if adversary is not None:
-            adversary.bind(
-                self.run_info(), self.flat, (tuple(self.train_set.mean), tuple(self.train_set.std))
-            )
+            normalization = (tuple(self.train_set.mean), tuple(self.train_set.std))
+            adversary.bind(self.run_info(), self.flat, normalization, cfg.seed)
         self.state: dict[str, torch.Tensor] = {}
         if init_state:
             self.state = self.protocol.init_state(self._initial_parameters().to(self.device))
         self.round_index = 0
         self.stopped = False
+        #: the public validation metrics so far, one value per evaluation (what ``should_stop`` reads)
+        self.history: dict[str, list[float]] = {}
         self._full_cache: NodeBatch | None = None
         self.series_rounds = frozenset(int(r) for r in series_rounds)
         self.series_last = bool(series_last)
@@ -226,10 +210,10 @@ class Simulation:
         return torch.stack([self.flat.initial(base + v, self.dtype) for v in range(self.n_nodes)])
 
     def run_info(self) -> RunInfo:
-        """What the defense is told about the run (:meth:`DefenseHooks.bind`)."""
+        """What the defense is told about the run (:meth:`DefenseHooks.bind`; the seed is passed
+        beside it, to bench's side only)."""
         plan = self.protocol.batch_plan
         return RunInfo(
-            seed=self.seed,
             n_nodes=self.n_nodes,
             n_params=self.flat.n_params,
             protocol=self.config.protocol,
@@ -315,9 +299,23 @@ class Simulation:
         if not math.isfinite(loss):
             raise TrainingDiverged(f"training diverged: the loss is {loss} in round {t}")
         self.round_index += 1
-        if self.hooks.should_stop(RoundContext(t)):
+        if self.hooks.should_stop(RoundContext(t), self.public_history()):
             self.stopped = True
         return metrics
+
+    def evaluated(self, metrics: dict[str, float]) -> None:
+        """Keep one evaluation's public metrics (the round it was taken at with them), and decide
+        whether the defense's stop rule ends training there."""
+        for k, v in {"round": float(self.round_index), **metrics}.items():
+            self.history.setdefault(k, []).append(float(v))
+        if self.round_index and self.hooks.should_stop(
+            RoundContext(self.round_index - 1), self.public_history()
+        ):
+            self.stopped = True
+
+    def public_history(self) -> dict[str, tuple[float, ...]]:
+        """:attr:`history` as plain tuples (what a defense's ``should_stop`` is given)."""
+        return {k: tuple(v) for k, v in self.history.items()}
 
     def run(self, rounds: int) -> list[dict[str, torch.Tensor]]:
         """Plain loop over rounds (no Lightning; for algebraic tests and references)."""

@@ -2,8 +2,9 @@
 
 * :class:`RoundDataModule` yields, per training step, the stacked minibatches of
   ``rounds_per_step`` consecutive rounds (``[k, N, S, B, …]``) and the held-out set for
-  validation. One Lightning "epoch" is ``eval_every`` rounds, so validation (and Lightning's
-  ``EarlyStopping`` on ``val_acc``) runs every ``eval_every`` rounds.
+  validation. One Lightning "epoch" is ``eval_every`` rounds, so validation runs every
+  ``eval_every`` rounds; each evaluation's public metrics go to the simulation, whose defense's
+  stop rule (``should_stop``, plain numbers only) may end training there or after any round.
 * :class:`FederationModule` uses manual optimization: one ``training_step`` runs
   ``rounds_per_step`` communication rounds of all nodes (several rounds per step amortize
   Lightning's per-step overhead on tiny models). It logs ``train_loss`` every step, and the
@@ -129,6 +130,9 @@ class FederationModule(pl.LightningModule):
         for k, v in metrics.items():
             self.log(k, v, prog_bar=k == "val_acc")
         self.history.append({"round": self.sim.round_index, **metrics})
+        self.sim.evaluated(metrics)
+        if self.sim.stopped:  # the defense's stop rule on this evaluation
+            self.trainer.should_stop = True
 
 
 def run_simulation(

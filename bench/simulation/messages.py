@@ -40,8 +40,7 @@ class MessageBatch:
         communication graph (the layout gossip mixing can use as one matrix product).
     extra:
         Plain data (:mod:`bench.core.wire`) a defense sends along with the batch and its receivers
-        read (e.g. the unmasking shares of secure aggregation): part of what is delivered, so
-        the channel audit replays it with the messages.
+        read (e.g. the unmasking shares of secure aggregation): part of what is delivered.
     """
 
     round: int

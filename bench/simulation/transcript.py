@@ -23,7 +23,7 @@ class Observer:
     #: nodes whose own states the observer holds (corrupt nodes); empty for outsiders
     state_nodes: tuple[int, ...] = ()
     #: receivers whose own defense code the observer runs — a participant holds its keys
-    #: (:mod:`bench.simulation.decoding`); the server is :data:`~bench.simulation.messages.SERVER`
+    #: (:mod:`bench.simulation.channel`); the server is :data:`~bench.simulation.messages.SERVER`
     insiders: tuple[int, ...] = ()
 
     def visible(self, msgs: MessageBatch) -> torch.Tensor:
@@ -221,7 +221,7 @@ class Transcript:
     def record_decoded(self, decoded: MessageBatch, stored: dict[str, int]) -> None:
         """For the observers of ``stored`` (:meth:`record`'s answer for the same batch), keep the
         deliveries they saw as ``decoded`` (the batch in per-edge layout, each delivery to an
-        insider as that insider's code decodes it, :mod:`bench.simulation.decoding`)."""
+        insider as that insider's code decodes it, :mod:`bench.simulation.channel`)."""
         for name, index in stored.items():
             obs = self.observers[name]
             if not obs.insiders:

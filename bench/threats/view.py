@@ -11,6 +11,7 @@ and constructor arguments and rebuilt on the attacker's side (:attr:`View.model`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -128,7 +129,7 @@ class View:
     decoded:
         ``index in messages -> batch``: the same deliveries as the adversary's own nodes decode
         them with their own defense code and keys, where that differs from what travelled
-        (participants only, :mod:`bench.simulation.decoding`); :meth:`as_decoded` is the View
+        (participants only, :mod:`bench.simulation.channel`); :meth:`as_decoded` is the View
         with those batches in place.
     """
 
@@ -145,6 +146,14 @@ class View:
         """This View with every observed batch its nodes decoded replaced by the decoded one."""
         messages = [self.decoded.get(i, m) for i, m in enumerate(self.messages)]
         return replace(self, messages=messages, decoded={})
+
+    def sanitized(self) -> View:
+        """This View with every absurd coordinate of a real-valued payload set to zero
+        (:func:`absurd_coordinates`): what an attack reads, so that bait values a defense sends
+        and its receivers drop cannot make the attacks' objectives overflow."""
+        messages = [_sanitized(m) for m in self.messages]
+        decoded = {i: _sanitized(m) for i, m in self.decoded.items()}
+        return replace(self, messages=messages, decoded=decoded)
 
     def rounds(self) -> list[int]:
         return sorted({m.round for m in self.messages} | set(self.own_states))
@@ -225,3 +234,37 @@ class View:
         """A fresh, independent View from serialized bytes or their :func:`~bench.core.wire.blob`
         (every tensor newly allocated)."""
         return cls.from_wire(loads(data))
+
+
+#: a coordinate whose magnitude exceeds this multiple of the median magnitude of its row's
+#: nonzero coordinates is absurd (a message carries no such outlier that an attack could use)
+ABSURD_RATIO = 1e8
+#: coordinates of a row whose median is taken (a strided sample of larger rows)
+MEDIAN_SAMPLE = 65536
+
+
+def absurd_coordinates(x: torch.Tensor) -> torch.Tensor:
+    """``[S, P]`` mask of the coordinates of payload rows ``x`` an attack ignores: non-finite;
+    beyond what a sum of squares over the row can hold in the payload's dtype
+    (``|x| > √(max / P)``: the L2 objectives would overflow); or more than :data:`ABSURD_RATIO`
+    times the median magnitude of the row's nonzero coordinates. A choice of bench (the papers'
+    attacks assume honest messages), made so that a defense cannot buy privacy with bait values
+    that its receivers drop and the attacks diverge on."""
+    rows = x.reshape(x.shape[0], -1) if x.dim() > 1 else x.reshape(1, -1)
+    bad = ~torch.isfinite(rows)
+    limit = math.sqrt(torch.finfo(rows.dtype).max / max(rows.shape[1], 1))
+    mag = torch.where(bad, torch.zeros_like(rows), rows.abs())
+    bad |= mag > limit
+    sample = mag[:, :: max(1, mag.shape[1] // MEDIAN_SAMPLE)]  # the median of a strided sample
+    nonzero = torch.where(sample > 0, sample, torch.full_like(sample, float("nan")))
+    median = torch.nanmedian(nonzero, dim=1, keepdim=True).values
+    bad |= torch.nan_to_num(mag / median, nan=0.0) > ABSURD_RATIO
+    return bad.reshape(x.shape)
+
+
+def _sanitized(m: MessageBatch) -> MessageBatch:
+    p = m.payload
+    if not p.is_floating_point() or p.numel() == 0:
+        return m
+    bad = absurd_coordinates(p)
+    return m if not bool(bad.any()) else m.with_payload(torch.where(bad, torch.zeros_like(p), p))

@@ -88,7 +88,7 @@ MASK_MODULE = '''
 
 import torch
 
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
 @DEFENSES.register("random_mask_test", "random coordinate mask, rescaled (test)")
@@ -99,10 +99,9 @@ class RandomMask(Defense):
     def __init__(self, p: float = 0.1) -> None:
         self.p = float(p)
 
-    def local_gradients(self, grads, ctx):
-        gen = self.generator("mask", grads.device)
-        keep = torch.rand(grads.shape, generator=gen, device=grads.device) < self.p
-        return torch.where(keep, grads / self.p, torch.zeros_like(grads))
+    def local_gradients(self, grad, node):
+        keep = torch.rand_like(grad) < self.p
+        return torch.where(keep, grad / self.p, torch.zeros_like(grad))
 '''
 
 
@@ -133,4 +132,4 @@ def test_the_first_layer_attack_breaks_a_random_mask_that_hides_from_the_matchin
         c.split(":", 1)[1]: float(v) for c, v in row.iloc[0].items() if c.startswith("leakage:") and v == v
     }
     assert leak["first_layer_inversion"] > 0.7 and float(row["privacy_mean"].iloc[0]) < 0.3
-    assert row["worst_attack"].iloc[0] == "first_layer_inversion"
+    assert row["worst_attack"].iloc[0].startswith("first_layer_inversion")  # on round 0 or a later one

@@ -174,7 +174,7 @@ def test_call_with_params_checks_before_calling():
 def test_every_registry_checks_parameter_types(kind, name, params, expected):
     from bench.attacks import build_attack
     from bench.data import load_dataset
-    from bench.defense.plugin import build_defense
+    from bench.defense.loading import build_defense
     from bench.protocols import PROTOCOLS
     from bench.spec.catalog import bench_root
     from bench.threats import build_threat

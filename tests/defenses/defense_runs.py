@@ -3,6 +3,7 @@ defense, recorded by an observer that sees every message (secure ones included).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,9 @@ import torch
 
 from bench.core.params import call_with_params
 from bench.defense.hooks import DefenseHooks, RunInfo
-from bench.defense.plugin import Defense, build_defense
+from bench.defense.loading import build_defense
+from bench.defense.plugin import Defense
+from bench.defense.runner import NodeRunner
 from bench.protocols import PROTOCOLS
 from bench.simulation import Simulation
 from bench.simulation.messages import MessageBatch
@@ -88,11 +91,10 @@ def defense(name: str, **params: Any) -> Defense:
 
 
 def run_info(n_nodes: int = 4, n_params: int = 10, protocol: str = "fedsgd", **fields: Any) -> RunInfo:
-    """A :class:`~bench.defense.hooks.RunInfo` for calling a defense's hooks directly (``bind``
-    it, then e.g. ``local_gradients(g, RoundContext(0))``): ``n_nodes`` nodes of one sample each,
-    ``n_params`` parameters, float64 on the CPU, seed 0; any other field by keyword."""
+    """A :class:`~bench.defense.hooks.RunInfo` for calling a defense's hooks directly (through
+    :func:`stacked`): ``n_nodes`` nodes of one sample each, ``n_params`` parameters, float64 on
+    the CPU; any other field by keyword."""
     base: dict[str, Any] = {
-        "seed": 0,
         "n_nodes": n_nodes,
         "n_params": n_params,
         "protocol": protocol,
@@ -108,19 +110,32 @@ def run_info(n_nodes: int = 4, n_params: int = 10, protocol: str = "fedsgd", **f
     return RunInfo(**{**base, **fields})
 
 
+def stacked(defense: Defense, info: RunInfo | None = None, seed: int = 0) -> NodeRunner:
+    """``defense`` bound as the harness runs it: its per-node hooks over stacked nodes (call e.g.
+    ``stacked(d, run_info(5, 12)).local_gradients(g [5, 12], RoundContext(0))``)."""
+    runner = NodeRunner(defense)
+    runner.bind(info or run_info(), seed)
+    return runner
+
+
 def run(
-    key: str, hooks: DefenseHooks | None = None, seed: int = 0, audit: bool = False, **overrides: Any
+    key: str,
+    hooks: DefenseHooks | Defense | None = None,
+    seed: int = 0,
+    on_bind: Callable[[DefenseHooks], Any] | None = None,
+    **overrides: Any,
 ) -> Simulation:
-    """Run protocol configuration ``key`` (with ``hooks``), recording every round and message
-    (``audit``: and logging every aggregation that runs defense code, for the channel audit)."""
+    """Run protocol configuration ``key`` (with ``hooks``), recording every round and message;
+    ``on_bind`` is called with the bound stacked hooks before the first round (e.g. to probe
+    them)."""
     sim = Simulation(
         config(key, seed=seed, **overrides),
         hooks=hooks,
         threats={"all": Everything()},
         record_rounds="all",
-        audit=2**40 if audit else None,
-        row_locality=1.0 if audit else None,
     )
+    if on_bind is not None:
+        on_bind(sim.hooks)
     rounds = sim.config.rounds
     for _ in range(rounds):
         sim.run_round(sim.batch(sim.round_index))

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from bench import cli
 from bench.core.errors import BenchInputError
-from bench.defense.plugin import DEFENSES, discover_defenses, load_all_defenses
+from bench.defense.loading import discover_defenses, load_all_defenses, load_defense_module
+from bench.defense.plugin import DEFENSES
 from bench.defense.sources import (
     ORIGINAL,
     PAPERS,
@@ -148,12 +149,14 @@ def test_declared_isolated_reads_the_committed_declarations() -> None:
 
 
 def test_a_plugin_cannot_cite_a_paper_the_bibliography_lacks(tmp_path: Path) -> None:
-    """The child's answer is resolved in the parent's own bibliography: a plugin that adds a
-    paper to the child's copy of it is undeclared; the parent never imports the plugin."""
+    """A plugin that would add a paper to the bibliography imports ``bench.defense.sources``,
+    which the plugin rules refuse before any of its code runs: it does not load (in the child
+    that reads the declarations, nor anywhere else), so it declares nothing, and the parent's
+    bibliography stays as it was (the parent never imports the plugin)."""
     (tmp_path / "defenses").mkdir()
     (tmp_path / "defenses" / "forger.py").write_text(
         "from bench.defense.sources import PAPERS, Paper\n"
-        "from bench.defense.plugin import DEFENSES, Defense\n"
+        "from bench.defense.base import DEFENSES, Defense\n"
         "PAPERS['forged2024'] = Paper('Forged', 'Nobody', 'Nowhere', 2024, 'https://example.org')\n"
         "@DEFENSES.register('forger', 'a forged source')\n"
         "class Forger(Defense):\n"
@@ -161,10 +164,11 @@ def test_a_plugin_cannot_cite_a_paper_the_bibliography_lacks(tmp_path: Path) -> 
         "    summary = 'Claims a paper that is not in the bibliography.'\n",
         encoding="utf-8",
     )
-    declared = files.declared_isolated(tmp_path)
-    assert declared == {
-        "forger": {"source": UNDECLARED, "summary": "Claims a paper that is not in the bibliography."}
-    }
+    refused = r"forger\.py:1 breaks the plugin rules.*bench\.defense\.sources"
+    with pytest.raises(BenchInputError, match=refused):
+        load_defense_module("forger", tmp_path)
+    assert "forged2024" not in PAPERS and "forger" not in DEFENSES.names()
+    assert files.declared_isolated(tmp_path) == {}  # refused in the child too: nothing declared
     assert "forged2024" not in PAPERS and "forger" not in DEFENSES.names()
 
 

@@ -13,6 +13,7 @@ from defense_runs import DIGITS_MLP, defense, protocol_of, run
 from scipy import stats
 
 from bench.defense.privacy.distributed import aggregate_noise_multiplier, participants, share_sizes
+from bench.defense.runner import NodeRunner
 
 SIGMA, CLIP, LR, BATCH = 3.0, 0.1, 0.5, 2
 
@@ -123,7 +124,8 @@ def test_aggregate_multiplier_is_sigma_for_uniform_mixing_and_exact_otherwise():
 
 def test_it_sets_uniform_weighting_under_fl_only():
     d = defense("distributed_dp", noise_multiplier=1.0)
-    assert d.protocol_overrides("fedavg") == {"weighting": "uniform"}
-    assert d.protocol_overrides("dpsgd") == {}
+    harness = NodeRunner(d)  # the mechanism's overrides, merged with the plugin's by the harness
+    assert harness.protocol_overrides("fedavg") == {"weighting": "uniform"}
+    assert harness.protocol_overrides("dpsgd") == {}
     assert d.applies_to(*protocol_of("dpsgd")) is None
     assert "applies to" in d.applies_to(*protocol_of("pdmm"))

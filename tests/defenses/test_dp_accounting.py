@@ -46,12 +46,13 @@ def opacus_epsilon(sigma: float, q: float, steps: int, delta: float, accountant:
 def test_dp_sgd_records_opacus_epsilon_on_full_batches(accountant):
     """FedAvg, 4 samples per node, full batches, 2 local steps, 8 rounds: q = 1, T = 16, add/remove."""
     d = defense("dp_sgd", noise_multiplier=1.1, clip_norm=1.0, accountant=accountant, delta=1e-4)
-    run("fedavg", d, protocol_params={"lr": 0.5, "batch_size": 4, "local_steps": 2})
-    acc = d.accounting()
+    sim = run("fedavg", d, protocol_params={"lr": 0.5, "batch_size": 4, "local_steps": 2})
+    acc = sim.hooks.accounting()
     assert acc["worst_node"] == {"noise_multiplier": 1.1, "sample_rate": 1.0, "steps": 16}
     assert acc["epsilon"] == pytest.approx(opacus_epsilon(1.1, 1.0, 16, 1e-4, accountant), rel=1e-9)
     assert acc["delta"] == 1e-4 and acc["accountant"] == accountant and acc["unit"] == "sample"
     assert acc["relation"] == "add/remove one sample" and acc["sampling_accounted"] == "none"
+    assert acc["verified"] is True and acc["mechanism"] == "harness: PerSampleGaussian"
 
 
 def test_fixed_size_minibatches_are_accounted_as_sampling_without_replacement():
@@ -59,8 +60,8 @@ def test_fixed_size_minibatches_are_accounted_as_sampling_without_replacement():
     replace one sample, q = 2/4, T = 16, by the bound for sampling without replacement — above
     what the Poisson analysis (no bound here) would publish."""
     d = defense("dp_sgd", noise_multiplier=1.1, clip_norm=1.0, accountant="prv", delta=1e-4)
-    run("fedavg", d)
-    acc = d.accounting()
+    sim = run("fedavg", d)
+    acc = sim.hooks.accounting()
     assert acc["worst_node"] == {"noise_multiplier": 1.1, "sample_rate": 0.5, "steps": 16}
     assert acc["epsilon"] == pytest.approx(autodp_wor_epsilon(1.1, 0.5, 16, 1e-4), rel=1e-9)
     assert acc["accountant"] == "rdp_wor" and acc["relation"] == "replace one sample"
@@ -71,8 +72,8 @@ def test_fixed_size_minibatches_are_accounted_as_sampling_without_replacement():
 
 def test_poisson_sampling_of_the_local_set_is_accounted_by_opacus():
     d = defense("dp_sgd", noise_multiplier=0.9, sampling="poisson", sample_rate=0.5)
-    run("dpsgd", d, protocol_params={"lr": 0.5, "batch_size": 4})  # full batch: q = r = 0.5
-    acc = d.accounting()
+    sim = run("dpsgd", d, protocol_params={"lr": 0.5, "batch_size": 4})  # full batch: q = r = 0.5
+    acc = sim.hooks.accounting()
     assert acc["worst_node"]["sample_rate"] == 0.5 and acc["worst_node"]["steps"] == 8
     assert acc["epsilon"] == pytest.approx(opacus_epsilon(0.9, 0.5, 8, 1e-5), rel=1e-9)
     assert acc["relation"] == "add/remove one sample" and acc["sampling_accounted"] == "poisson"
@@ -91,10 +92,10 @@ def test_poisson_sampling_of_a_fixed_size_minibatch_is_refused():
 
 def test_target_epsilon_is_solved_by_opacus_and_met():
     d = defense("dp_sgd", target_epsilon=3.0, clip_norm=1.0)
-    run("fedsgd", d)  # full batch: q = 1, 8 rounds
+    sim = run("fedsgd", d)  # full batch: q = 1, 8 rounds
     sigma = get_noise_multiplier(target_epsilon=3.0, target_delta=1e-5, sample_rate=1.0, steps=8)
-    assert d.sigma == sigma
-    assert 3.0 - 0.01 <= d.accounting()["epsilon"] <= 3.0
+    assert sim.hooks.mechanisms[0].sigma == sigma
+    assert 3.0 - 0.01 <= sim.hooks.accounting()["epsilon"] <= 3.0
 
 
 def test_a_client_sampled_in_fewer_rounds_is_charged_for_those_only():
@@ -102,9 +103,9 @@ def test_a_client_sampled_in_fewer_rounds_is_charged_for_those_only():
     worst client's, charged for the rounds it was sampled in (≤ the planned 8)."""
     d = defense("dp_sgd", noise_multiplier=1.0)
     sim = run("fedsgd", d, protocol_params={"lr": 0.5, "client_fraction": 0.5})
-    steps = d._steps.cpu()
+    steps = sim.hooks.mechanisms[0]._steps.cpu()
     assert int(steps.sum()) == 3 * sim.round_index
-    acc = d.accounting()
+    acc = sim.hooks.accounting()
     assert acc["worst_node"]["steps"] == int(steps.max()) < acc["planned_steps"] == 8
     assert acc["epsilon"] == pytest.approx(opacus_epsilon(1.0, 1.0, int(steps.max()), 1e-5), rel=1e-9)
 
@@ -114,9 +115,9 @@ def test_epochs_mode_is_one_unamplified_mechanism_per_epoch():
     sample in exactly one of them; per sample one mechanism per epoch, q = 1, replace one (the
     permutation does not depend on the data): 2 epochs × 8 rounds at multiplier σ/2."""
     d = defense("dp_sgd", noise_multiplier=1.0)
-    run("fedavg", d, protocol_params={"lr": 0.5, "batch_size": 3, "local_epochs": 2})
-    acc = d.accounting()
-    assert int(d._steps.max()) == 8 * 2 * 2  # gradient steps taken
+    sim = run("fedavg", d, protocol_params={"lr": 0.5, "batch_size": 3, "local_epochs": 2})
+    acc = sim.hooks.accounting()
+    assert int(sim.hooks.mechanisms[0]._steps.max()) == 8 * 2 * 2  # gradient steps taken
     assert acc["worst_node"]["steps"] == acc["planned_steps"] == 8 * 2  # epochs accounted
     assert acc["worst_node"]["sample_rate"] == 1.0 and acc["sampling_scheme"] == "shuffled epochs"
     assert acc["epsilon"] == pytest.approx(opacus_epsilon(0.5, 1.0, 16, 1e-5), rel=1e-9)
@@ -124,14 +125,14 @@ def test_epochs_mode_is_one_unamplified_mechanism_per_epoch():
 
 def test_sigma_zero_is_no_guarantee():
     d = defense("dp_sgd", noise_multiplier=0.0)
-    run("fedsgd", d)
-    assert d.accounting()["epsilon"] == math.inf
+    sim = run("fedsgd", d)
+    assert sim.hooks.accounting()["epsilon"] == math.inf
 
 
 def test_dp_fedavg_is_user_level_with_the_client_sampling_rate():
     d = defense("dp_fedavg", noise_multiplier=1.2, clip_norm=0.5)
-    run("fedavg", d, protocol_params={"lr": 0.5, "batch_size": 2, "client_fraction": 0.5})
-    acc = d.accounting()
+    sim = run("fedavg", d, protocol_params={"lr": 0.5, "batch_size": 2, "client_fraction": 0.5})
+    acc = sim.hooks.accounting()
     assert acc["unit"] == "user" and acc["sample_rate"] == 0.5 and acc["steps"] == 8
     # 3 of 6 clients without replacement: replace one user, the bound without replacement
     assert acc["epsilon"] == pytest.approx(autodp_wor_epsilon(1.2, 0.5, 8, 1e-5), rel=1e-9)
@@ -140,16 +141,17 @@ def test_dp_fedavg_is_user_level_with_the_client_sampling_rate():
 
 def test_dp_fedavg_target_epsilon():
     d = defense("dp_fedavg", target_epsilon=5.0)
-    run("fedsgd", d)
-    assert d.sigma == get_noise_multiplier(target_epsilon=5.0, target_delta=1e-5, sample_rate=1.0, steps=8)
-    assert d.accounting()["epsilon"] <= 5.0
+    sim = run("fedsgd", d)
+    sigma = get_noise_multiplier(target_epsilon=5.0, target_delta=1e-5, sample_rate=1.0, steps=8)
+    assert sim.hooks.mechanisms[0].sigma == sigma
+    assert sim.hooks.accounting()["epsilon"] <= 5.0
 
 
 def test_distributed_dp_records_both_guarantees():
     """Ring of 6 (every |N(u)| = 3): individual messages carry σ/√3, aggregates σ."""
     d = defense("distributed_dp", noise_multiplier=2.0)
-    run("dpsgd", d)  # batches of 2 of 4 without replacement: q = 2/4, 8 steps, replace one
-    acc = d.accounting()
+    sim = run("dpsgd", d)  # batches of 2 of 4 without replacement: q = 2/4, 8 steps, replace one
+    acc = sim.hooks.accounting()
     assert acc["participants"] == {"min": 3, "max": 3}
     assert acc["epsilon"] == pytest.approx(autodp_wor_epsilon(2.0 / math.sqrt(3), 0.5, 8, 1e-5), rel=1e-9)
     assert acc["aggregate_noise_multiplier"] == pytest.approx(2.0, rel=1e-12)
@@ -176,10 +178,10 @@ def test_an_epsilon_is_labelled_with_the_accountant_that_gave_it():
     assert used == "rdp" and eps > PRV_MAX_EPSILON
     assert epsilon_spent(1.1, 0.5, 16, 1e-4, "prv")[1] == "prv"
     d = defense("dp_sgd", noise_multiplier=0.3, clip_norm=1.0, accountant="prv")
-    run("fedsgd", d, rounds=200)
-    acc = d.accounting()
+    sim = run("fedsgd", d, rounds=200)
+    acc = sim.hooks.accounting()
     assert acc["accountant"] == "rdp" and acc["accountant_requested"] == "prv"
     assert acc["relation"] == "add/remove one sample" and acc["sampling_scheme"] == "full batch"
     d = defense("dp_sgd", noise_multiplier=1.1, clip_norm=1.0)
-    run("fedavg", d)  # 4 samples per node, batch 2
-    assert d.accounting()["sampling_scheme"] == "fixed-size without replacement"
+    sim = run("fedavg", d)  # 4 samples per node, batch 2
+    assert sim.hooks.accounting()["sampling_scheme"] == "fixed-size without replacement"

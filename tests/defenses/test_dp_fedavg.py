@@ -9,6 +9,7 @@ from defense_runs import DIGITS_MLP, defense, protocol_of, run
 from scipy import stats
 
 from bench.core.errors import BenchInputError
+from bench.defense.runner import NodeRunner
 
 FEDAVG = {"lr": 0.5, "batch_size": 4, "local_steps": 3, "weighting": "uniform"}
 
@@ -71,7 +72,7 @@ def test_it_applies_to_fedsgd_and_fedavg_and_sets_uniform_weighting():
     d = defense("dp_fedavg", noise_multiplier=1.0)
     for key in ("fedsgd", "fedavg"):
         assert d.applies_to(*protocol_of(key)) is None
-        assert d.protocol_overrides(key) == {"weighting": "uniform"}
+        assert NodeRunner(d).protocol_overrides(key) == {"weighting": "uniform"}
     for key in ("dpsgd", "pdmm", "gossip_averaging"):
         assert "applies to fedsgd, fedavg only" in d.applies_to(*protocol_of(key))
 

@@ -60,4 +60,8 @@ def test_bad_parameters_name_the_field(params, field):
 
 
 def test_it_claims_no_privacy_guarantee():
-    assert defense("gaussian_noise", sigma=1.0).accounting()["epsilon"] is None
+    """The harness's message noise accounts no ε (no clipping) and measures the noise it added."""
+    acc = run("fedsgd", defense("gaussian_noise", sigma=1.0)).hooks.accounting()
+    assert acc["epsilon"] is None and "no DP guarantee" in acc["note"]
+    assert acc.get("verified") is not True
+    assert acc["noise_scale_ok"] and acc["noise_std_declared"] == pytest.approx(1.0)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from defense_runs import defense, differs, protocol_of, run
+from defense_runs import defense, differs, protocol_of, run, run_info, stacked
 
 from bench.core.errors import BenchInputError
 from bench.defense.hooks import RoundContext
@@ -22,7 +22,8 @@ def test_rows_above_c_get_norm_c_and_rows_below_are_unchanged():
     )
     g[0] = 0.0
     c = 1.5
-    out = defense("gradient_clipping", max_norm=c).local_gradients(g, RoundContext(0))
+    h = stacked(defense("gradient_clipping", max_norm=c), run_info(8, 5))
+    out = h.local_gradients(g, RoundContext(0))
     norms = g.norm(dim=1)
     below = norms <= c
     assert below.any() and (~below).any()
@@ -52,12 +53,14 @@ def test_per_sample_clipping_is_the_mean_of_clipped_sample_gradients():
     c = 1.0
     d = defense("gradient_clipping", max_norm=c, per_sample=True)
     assert d.per_sample
-    out = d.per_sample_gradients(grads, mask, RoundContext(0))
+    h = stacked(d, run_info(3, 6))
+    assert h.per_sample and not h.weighted_per_sample  # the protocols compute per-sample gradients
+    out = h.per_sample_gradients(grads, mask, RoundContext(0))
     for v in range(3):
         real = [grads[v, j] * min(1.0, c / float(grads[v, j].norm())) for j in range(4) if mask[v, j]]
         expected = torch.stack(real).mean(0) if real else torch.zeros(6, dtype=torch.float64)
         torch.testing.assert_close(out[v], expected, rtol=1e-12, atol=1e-12)
-    assert torch.equal(d.local_gradients(out, RoundContext(0)), out)  # not clipped a second time
+    assert torch.equal(h.local_gradients(out, RoundContext(0)), out)  # not clipped a second time
 
 
 def test_per_sample_clipping_in_a_run_bounds_and_differs_from_per_node():
@@ -79,7 +82,8 @@ def test_update_mode_bounds_each_fedavg_client_step():
 
 def test_it_claims_no_privacy_guarantee_and_states_its_rule():
     d = defense("gradient_clipping", max_norm=2.0, per_sample=True)
-    assert d.accounting()["epsilon"] is None
+    acc = stacked(d).accounting()  # the plugin's notes, beside the (absent) mechanisms' ε
+    assert acc["epsilon"] is None and "no DP guarantee" in acc["defense_notes"]["note"]
     know = d.adaptive_knowledge()
     assert know["max_norm"] == 2.0 and know["per_sample"] and "min(1, max_norm" in know["rule"]
 

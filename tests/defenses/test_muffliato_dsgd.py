@@ -7,7 +7,7 @@ import torch
 from opacus.accountants import RDPAccountant
 
 from bench.core.errors import BenchInputError
-from bench.defense.plugin import build_defense
+from bench.defense.loading import build_defense
 from bench.defense.privacy.muffliato import mean_privacy_loss, pairwise_network_dp
 from bench.simulation import Simulation
 
@@ -39,7 +39,7 @@ def test_private_dsgd_clips_adds_the_stated_noise_once_per_round_and_composes_ov
     w = torch.from_numpy(sim.topology.mixing)
     eta = torch.linalg.solve(w, sim.theta) - theta0
     assert float(eta.std()) == pytest.approx(0.5 * 1e9 * 2e-9, rel=0.25)
-    acc = defense.accounting()
+    acc = sim.hooks.accounting()
     f = pairwise_network_dp(sim.topology.mixing, 1, 1e9, 2.0)  # round 0 alone: exact
     assert acc["first_round"]["epsilon_bar_max"] == pytest.approx(mean_privacy_loss(f).max(), rel=1e-12)
     assert "epsilon_bar_max" not in acc and "not computed" in acc["pairwise"]
@@ -48,7 +48,7 @@ def test_private_dsgd_clips_adds_the_stated_noise_once_per_round_and_composes_ov
     for _ in range(5):
         rdp.step(noise_multiplier=1e9 / 2, sample_rate=1.0)
     assert acc["epsilon"] == pytest.approx(rdp.get_epsilon(delta=1e-5), rel=1e-9)
-    assert acc["accountant"] == "rdp" and acc["delta"] == 1e-5
+    assert acc["accountant"] == "rdp" and acc["delta"] == 1e-5 and acc["verified"] is True
     with pytest.raises(BenchInputError, match="noise_multiplier"):
         build_defense("muffliato_dsgd", {"noise_multiplier": -1.0}, ROOT, None)
 

@@ -8,5 +8,9 @@ def test_none_is_the_identity_on_every_protocol():
         name, protocol = protocol_of(key)
         d = defense("none")
         assert d.applies_to(name, protocol) is None
-        assert not differs(run(key, d), run(key, None))
-        assert d.accounting() == {} and d.protocol_overrides(name) == {}
+        sim = run(key, d)
+        assert not differs(sim, run(key, None))
+        # as the harness runs it: no hook point, no mechanism, no override, nothing accounted
+        hooks = sim.hooks
+        assert hooks.active_hooks() == frozenset() and hooks.mechanisms == []
+        assert hooks.accounting() == {} and hooks.protocol_overrides(name) == {}

@@ -1,14 +1,12 @@
 """``scc``: self-centered clipping, x_v⁺ = Σ_u W_vu (x_v + CLIP(m_u − x_v, τ_v)) (Pasquini et al. Eq. 12)."""
 
-import sys
-
 import pytest
 import torch
-from defense_runs import PROTOCOL_CONFIGS, defense, differs, protocol_of, run
+from defense_runs import PROTOCOL_CONFIGS, defense, differs, protocol_of, run, run_info, stacked
 
 from bench.core.errors import BenchInputError
 from bench.defense.hooks import RoundContext
-from bench.defense.rowwise import column_blocks
+from bench.simulation.channel import Channel
 from bench.simulation.messages import MessageBatch
 from bench.simulation.mixing_op import GossipMixer
 
@@ -49,10 +47,23 @@ def _loop(W, own, msgs, tau=None, clipped=None):
     return out
 
 
-def _aggregate(d, W, directed, own, payload):
-    mixer = GossipMixer(W)
-    msgs = MessageBatch.broadcast(0, 0, "model", payload, directed)
-    return d.wrap_aggregation(mixer.mix, RoundContext(0))(own, msgs)
+def _channel(d, W, directed) -> Channel:
+    """The harness's receive side for ``d`` on the graph: each delivery decoded at its receiver
+    (the plugin's ``decode``, vmapped over the deliveries), then the protocol's mixing rule;
+    delivery ``u → v`` is combined with row ``v`` of the rule's own state (D-PSGD's slots)."""
+    info = run_info(W.shape[0], 0, protocol="dpsgd", kinds=("model",), edges=directed, mixing=W)
+    channel = Channel(stacked(d, info))
+
+    def slots(delivered: MessageBatch, ctx: RoundContext) -> tuple[torch.Tensor, torch.Tensor]:
+        return delivered.receivers, W[delivered.receivers, delivered.edge_senders]
+
+    channel.slots = slots
+    return channel
+
+
+def _aggregate(d, W, directed, own, payload, msgs=None):
+    msgs = MessageBatch.broadcast(0, 0, "model", payload, directed) if msgs is None else msgs
+    return _channel(d, W, directed).aggregate(GossipMixer(W).mix, own, msgs, RoundContext(0))
 
 
 @pytest.mark.parametrize("tau", [0.3, 1.0, 2.5])
@@ -76,21 +87,22 @@ def test_the_adaptive_radius_is_the_next_farthest_neighbour(clipped):
     torch.testing.assert_close(out, _loop(W, own, payload, clipped=clipped), rtol=1e-12, atol=1e-12)
 
 
-def test_column_blocks_give_the_same_result(monkeypatch):
-    """Large vectors are processed a block of columns at a time: with one column per block the
-    result is still Eq. 12."""
+@pytest.mark.parametrize("tau", [0.8, "adaptive"])
+def test_the_order_of_the_deliveries_does_not_matter(tau):
+    """Each delivery is decoded at its receiver with the receiver's own row and its statistic of
+    all its deliveries: shuffling the deliveries of a batch (per-edge layout) gives Eq. 12 still."""
     W, directed = _graph()
     gen = torch.Generator().manual_seed(9)
     own = torch.randn(7, 5, dtype=torch.float64, generator=gen)
     payload = own + torch.randn(7, 5, dtype=torch.float64, generator=gen)
-    d = defense("scc", tau=0.8)
-    module = sys.modules[type(d).__module__]
-    monkeypatch.setattr(
-        module, "column_blocks", lambda width, rows: column_blocks(width, rows, elements=rows)
-    )
-    assert len(module.column_blocks(5, len(directed))) == 5
-    out = _aggregate(d, W, directed, own, payload)
-    torch.testing.assert_close(out, _loop(W, own, payload, tau=0.8), rtol=1e-12, atol=1e-12)
+    per_edge = MessageBatch.broadcast(0, 0, "model", payload, directed).per_edge()
+    order = torch.randperm(len(per_edge), generator=gen)
+    edges = torch.stack([torch.arange(len(order)), per_edge.receivers[order]], dim=1)
+    shuffled = MessageBatch(0, 0, "model", per_edge.payload[order], per_edge.senders[order], edges)
+    d = defense("scc", tau=tau) if tau != "adaptive" else defense("scc", tau=tau, clipped=2)
+    out = _aggregate(d, W, directed, own, payload, msgs=shuffled)
+    want = _loop(W, own, payload, clipped=2) if tau == "adaptive" else _loop(W, own, payload, tau=tau)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
 
 
 def test_an_infinite_radius_is_plain_gossip_exactly():

@@ -66,7 +66,9 @@ def test_dropouts_up_to_m_minus_t_give_the_survivors_mean():
     d = defense("secure_aggregation", dropout=0.5, threshold=0.3)  # 6 clients: t = 2
     secure, plain = run("fedsgd", d, rounds=1), run("fedsgd", None, rounds=1)
     survivors = messages(secure, "gradient")[0].senders.tolist()
-    assert 2 <= len(survivors) < 6 and d.stats["dropped"] == 6 - len(survivors)
+    stats = secure.hooks.mechanisms[0].stats  # the harness's mechanism counts what it did
+    assert 2 <= len(survivors) < 6 and stats["dropped"] == 6 - len(survivors)
+    assert secure.hooks.accounting()["secure_aggregation"] == stats
     grads = messages(plain, "gradient")[0].payload  # round 0: the same θ(0) and batches
     estimate = (_initial_global() - secure.state["global"]) / 0.5  # θ(1) = θ(0) − η · mean
     assert float((estimate - grads[survivors].mean(0)).abs().max()) <= 0.5 / SCALE + 1e-12
@@ -77,7 +79,8 @@ def test_fewer_than_t_survivors_fail_the_run_or_abort_the_round():
         run("fedsgd", defense("secure_aggregation", dropout=0.6, threshold=0.9), rounds=3)
     d = defense("secure_aggregation", dropout=0.6, threshold=0.9, on_failure="abort_round")
     sim = run("fedsgd", d, rounds=3)
-    assert d.stats["failures"] == 3  # t = 6 of 6: every round with a dropout is skipped …
+    # t = 6 of 6: every round with a dropout is skipped …
+    assert sim.hooks.mechanisms[0].stats["failures"] == 3
     assert torch.equal(sim.state["global"], _initial_global())  # … no step
 
 
@@ -145,17 +148,22 @@ def test_two_colluding_receivers_cannot_unmask_a_message_with_a_revealed_key():
     recovered vector is still uniform-looking, none is its encoded message)."""
     d = defense("secure_aggregation", dropout=0.2, threshold=0.3, on_failure="abort_round")
     inputs = {}
-    original = d.__class__._mask_groups
 
-    def spy(self, msgs, ctx, groups):
-        for v, (members, payload, weight) in groups.items():
-            enc = torch.round(payload.detach().double() * weight[:, None] * SCALE).long() & (2**32 - 1)
-            for u, row in zip(members.tolist(), enc, strict=True):
-                inputs[(u, v, msgs.round, msgs.step)] = row
-        return original(self, msgs, ctx, groups)
+    def spy_on(hooks):
+        """Record every encoded input the mechanism masks (what the colluders try to recover)."""
+        masking = hooks.mechanisms[0]
+        original = masking._mask_groups
 
-    d._mask_groups = spy.__get__(d)
-    secure = run("dpsgd", d, rounds=6, topology="complete")
+        def spy(msgs, ctx, groups):
+            for v, (members, payload, weight) in groups.items():
+                enc = torch.round(payload.detach().double() * weight[:, None] * SCALE).long() & (2**32 - 1)
+                for u, row in zip(members.tolist(), enc, strict=True):
+                    inputs[(u, v, msgs.round, msgs.step)] = row
+            return original(msgs, ctx, groups)
+
+        masking._mask_groups = spy
+
+    secure = run("dpsgd", d, rounds=6, topology="complete", on_bind=spy_on)
     attempts = _collusion(secure)
     assert len(attempts) >= 5, "the run gave the colluders no dropout to exploit"
     for recovered, where in attempts:

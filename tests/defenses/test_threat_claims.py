@@ -22,7 +22,10 @@ import torch
 from defense_runs import PROTOCOL_CONFIGS, REPO, config, defense, protocol_of
 
 from bench.data.stacked import derive_seed
-from bench.defense.plugin import DEFENSES, Defense, load_all_defenses
+from bench.defense.hooks import RunInfo
+from bench.defense.loading import load_all_defenses
+from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.runner import NodeRunner
 from bench.simulation import Simulation
 from bench.threats import build_threat
 
@@ -39,6 +42,19 @@ OBSERVERS = {
 }
 
 
+class _Salted(NodeRunner):
+    """The harness's runner of a plugin with its random streams drawn anew: every stream of the
+    plugin and of its mechanisms derives from the seed the runner is bound with, so binding it
+    with a salted seed redraws the defense's noise and nothing of the run's data."""
+
+    def __init__(self, plugin: Defense, salt: str) -> None:
+        super().__init__(plugin)
+        self.salt = salt
+
+    def bind(self, run: RunInfo, seed: int = 0) -> None:
+        super().bind(run, derive_seed(int(seed), f"salt{self.salt}") if self.salt else seed)
+
+
 def _views(
     key: str, d: Defense | None, *, salt: str = "", shift: float = 0.0, rounds: int = 4
 ) -> dict[str, list]:
@@ -46,24 +62,16 @@ def _views(
     defense's random streams drawn with ``salt`` (its noise drawn anew), node 1's private
     data moved by ``shift``."""
     threats = {name: build_threat(kind, **params) for name, (kind, params) in OBSERVERS.items()}
-    sim = Simulation(config(key, seed=0, rounds=rounds), hooks=d, threats=threats, record_rounds="all")
+    hooks = None if d is None else _Salted(d, salt)
+    sim = Simulation(config(key, seed=0, rounds=rounds), hooks=hooks, threats=threats, record_rounds="all")
     if shift:
         nd = sim.node_data
         nd.x[1, : int(nd.counts[1])] += shift
-    original = Defense.generator_at  # every stream starts there (Defense.generator)
-
-    def salted(self: Defense, tag: str, device: torch.device | str) -> torch.Generator:
-        return torch.Generator(device=device).manual_seed(derive_seed(self.run.seed, f"defense:{tag}{salt}"))
-
-    Defense.generator_at = salted  # type: ignore[method-assign]
-    try:
-        for _ in range(sim.config.rounds):
-            sim.run_round(sim.batch(sim.round_index))
-            if sim.stopped:
-                break
-        sim.finish()
-    finally:
-        Defense.generator_at = original  # type: ignore[method-assign]
+    for _ in range(sim.config.rounds):
+        sim.run_round(sim.batch(sim.round_index))
+        if sim.stopped:
+            break
+    sim.finish()
     return {name: [m.payload.clone() for m in sim.transcript.messages[name]] for name in threats}
 
 
@@ -108,7 +116,7 @@ def _dp(name: str, params: dict, key: str) -> bool:
     sim = Simulation(config(key, seed=0, rounds=2), hooks=d)
     for _ in range(2):
         sim.run_round(sim.batch(sim.round_index))
-    eps = d.accounting().get("epsilon")
+    eps = sim.hooks.accounting().get("epsilon")
     return isinstance(eps, (int, float)) and not isinstance(eps, bool)
 
 

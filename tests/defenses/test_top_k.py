@@ -4,14 +4,10 @@ import math
 
 import pytest
 import torch
-from defense_runs import PROTOCOL_CONFIGS, defense, protocol_of, run, run_info
+from defense_runs import PROTOCOL_CONFIGS, defense, protocol_of, run, run_info, stacked
 
 from bench.core.errors import BenchInputError
-from bench.defense.hooks import RoundContext, RunInfo
-
-
-def _run_info(n: int, p: int) -> RunInfo:
-    return run_info(n, p)
+from bench.defense.hooks import RoundContext
 
 
 def _messages(sim, kind, round_=None):
@@ -23,7 +19,7 @@ def _messages(sim, kind, round_=None):
 @pytest.mark.parametrize("k", [1, 3, 7, 12])
 def test_it_keeps_exactly_the_k_largest_coordinates_of_each_node(k):
     g = torch.randn(5, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(k))
-    out = defense("top_k", k=k).local_gradients(g, RoundContext(0))
+    out = stacked(defense("top_k", k=k), run_info(5, 12)).local_gradients(g, RoundContext(0))
     assert ((out != 0).sum(dim=1) == k).all()
     largest = g.abs().argsort(dim=1, descending=True)[:, :k]
     kept = torch.zeros_like(g, dtype=torch.bool).scatter(1, largest, True)
@@ -33,9 +29,11 @@ def test_it_keeps_exactly_the_k_largest_coordinates_of_each_node(k):
 def test_a_fraction_keeps_its_ceiling_share():
     g = torch.randn(4, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     for fraction in (0.05, 0.25, 0.5, 1.0):
-        out = defense("top_k", fraction=fraction).local_gradients(g, RoundContext(0))
+        h = stacked(defense("top_k", fraction=fraction), run_info(4, 10))
+        out = h.local_gradients(g, RoundContext(0))
         assert ((out != 0).sum(dim=1) == max(1, math.ceil(fraction * 10))).all()
-    assert torch.equal(defense("top_k", fraction=1.0).local_gradients(g, RoundContext(0)), g)
+    h = stacked(defense("top_k", fraction=1.0), run_info(4, 10))
+    assert torch.equal(h.local_gradients(g, RoundContext(0)), g)
 
 
 def test_fedsgd_uploads_are_the_sparsified_gradients():
@@ -68,24 +66,30 @@ def test_update_mode_moves_each_fedavg_client_in_k_coordinates():
 
 def test_accumulation_loses_nothing_and_starts_like_plain_pruning():
     n, p, k = 4, 9, 2
-    d = defense("top_k", k=k, accumulate=True)
-    d.bind(_run_info(n, p))
+    h = stacked(defense("top_k", k=k, accumulate=True), run_info(n, p))
     gen = torch.Generator().manual_seed(1)
     grads = [torch.randn(n, p, dtype=torch.float64, generator=gen) for _ in range(5)]
-    sent = [d.local_gradients(g, RoundContext(t)) for t, g in enumerate(grads)]
-    assert torch.equal(sent[0], defense("top_k", k=k).local_gradients(grads[0], RoundContext(0)))
+    sent = [h.local_gradients(g, RoundContext(t)) for t, g in enumerate(grads)]
+    plain = stacked(defense("top_k", k=k), run_info(n, p))
+    assert torch.equal(sent[0], plain.local_gradients(grads[0], RoundContext(0)))
+    assert not torch.equal(sent[1], plain.local_gradients(grads[1], RoundContext(1)))  # the residual acts
     assert all(((s != 0).sum(dim=1) == k).all() for s in sent)
-    torch.testing.assert_close(sum(sent) + d._residual, sum(grads), rtol=0, atol=1e-12)
+    residual = h.state["residual"]  # one row per node and the server's (last), held by the harness
+    assert residual.shape == (n + 1, p) and not residual[n].any()
+    torch.testing.assert_close(sum(sent) + residual[:n], sum(grads), rtol=0, atol=1e-12)
 
 
 def test_accumulation_keeps_one_residual_per_node_under_client_sampling():
-    d = defense("top_k", k=1, accumulate=True)
-    d.bind(_run_info(5, 3))
+    h = stacked(defense("top_k", k=1, accumulate=True), run_info(5, 3))
     g = torch.tensor([[1.0, 2.0, 3.0], [3.0, -2.0, 1.0]], dtype=torch.float64)
-    d.local_gradients(g, RoundContext(0, 0, torch.tensor([1, 3])))
-    expected = torch.zeros(5, 3, dtype=torch.float64)
+    out = h.local_gradients(g, RoundContext(0, 0, torch.tensor([1, 3])))
+    assert torch.equal(out, torch.tensor([[0.0, 0.0, 3.0], [3.0, 0.0, 0.0]], dtype=torch.float64))
+    expected = torch.zeros(6, 3, dtype=torch.float64)  # 5 nodes and the server
     expected[1], expected[3] = torch.tensor([1.0, 2.0, 0.0]), torch.tensor([0.0, -2.0, 1.0])
-    assert torch.equal(d._residual, expected)
+    assert torch.equal(h.state["residual"], expected)
+    # the next call of node 3 starts from its own residual, not from node 1's
+    again = h.local_gradients(torch.zeros(1, 3, dtype=torch.float64), RoundContext(1, 0, torch.tensor([3])))
+    assert torch.equal(again, torch.tensor([[0.0, -2.0, 0.0]], dtype=torch.float64))
 
 
 def test_where_it_applies():

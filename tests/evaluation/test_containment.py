@@ -6,7 +6,11 @@ hostile plugins, and checks that they get nothing and change no stored score:
 * attacks that walk the call stack or the garbage collector for the simulation, read
   knowledge the task declares private, or overwrite their View for the next attack
   (``tests/support/hostile_plugins.py``);
-* defenses that monkeypatch the metrics, the scorer or the store from the simulation process.
+* defenses that would monkeypatch the metrics, the scorer or the store, or read the store and
+  their parent's arguments: such code breaks the plugin rules (``bench.defense.source_policy``)
+  and is refused before any of it runs — ``evaluate`` exits with code 2 naming the file, the
+  line and the rule; the parent process never imports a plugin, the simulation process that
+  runs it is sandboxed.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import torch
 
 import tests.support.hostile_plugins  # noqa: F401  (registers the hostile attacks in this process too)
 from bench.cli import main
+from bench.results.store import ResultStore
 from bench.simulation import Simulation
 from bench.threats import KnowledgeError, build_threat
+from tests.support.bench_root import run_evaluate
 from tests.support.one_task import ANALYTIC, evaluate, make_root, outcomes, tiny_task
 
 
@@ -41,7 +47,7 @@ def test_in_place_edits_do_not_reach_the_next_attack(tmp_path):
     got = outcomes(evaluate(root, tmp_path))
     assert (
         got["hostile_mutator"].status == "failed"
-        and "mutated 2 message batches" in got["hostile_mutator"].reason
+        and "mutated 8 message batches" in got["hostile_mutator"].reason  # 4 rounds: uploads, broadcast
     )
     analytic = got["analytic_logreg"]
     assert analytic.status == "ok" and analytic.leakage > 0.99  # it saw the original, not NaNs
@@ -52,78 +58,100 @@ HOSTILE_DEFENSE = """
     import bench.evaluation.truth as truth
     import bench.leaderboard.ranking as scoring
     import bench.results.store as store
-    from bench.defense.plugin import DEFENSES, Defense
-
-    # everything a defense could patch to game its score, patched at import and at bind
-    def patch():
-        for name in dir(vector):
-            cls = getattr(vector, name)
-            if isinstance(cls, type) and hasattr(cls, "leakage"):
-                cls.leakage = lambda self, values: 0.0
-        scoring.privacy_score = lambda *a, **k: 1.0
-        truth.Scorer.score = lambda *a, **k: None
-        store.ResultStore.add = lambda self, result: True
-
-    patch()
+    from bench.defense.base import DEFENSES, Defense
 
     @DEFENSES.register("hostile", "monkeypatches the metrics, the scorer and the store")
     class Hostile(Defense):
         def bind(self, run):
             super().bind(run)
-            patch()
+            scoring.privacy_score = lambda *a, **k: 1.0
+            truth.Scorer.score = lambda *a, **k: None
+            store.ResultStore.add = lambda self, result: True
 
-        def outgoing(self, msgs, ctx):
-            return msgs
+        def outgoing(self, payload, msg):
+            return payload
+"""
+
+#: what a plugin within the import rules could still try: change a function of torch that the
+#: scoring (or another node's hook) calls too
+PATCH_TORCH = """
+    import torch
+    from bench.defense.base import DEFENSES, Defense
+
+    @DEFENSES.register("hostile", "replaces a torch function every process calls")
+    class Hostile(Defense):
+        def bind(self, run):
+            super().bind(run)
+            torch.linalg.vector_norm = torch.zeros_like
+
+        def outgoing(self, payload, msg):
+            return payload
 """
 
 
-def test_a_defense_cannot_change_how_it_is_scored(tmp_path):
-    root = make_root(tmp_path, tiny_task([ANALYTIC]), {"hostile": HOSTILE_DEFENSE})
-    store = evaluate(root, tmp_path)
-    results = {r.defense: r for r in store.results()}
-    assert set(results) == {"none", "hostile"}  # both stored: the store was not patched here
-    none, hostile = results["none"], results["hostile"]
-    # the hostile defense changes nothing observable, so its scores are exactly the baseline's
-    assert hostile.status == "ok"
-    assert hostile.privacy == none.privacy and none.privacy["server"] < 0.01
-    assert [a.leakage for a in hostile.attacks] == [a.leakage for a in none.attacks]
-    assert hostile.utility == none.utility
-    # and the parent never imported the plugin
+def _refused(tmp_path, capsys, plugins: dict[str, str]) -> str:
+    """``evaluate`` on a root with ``plugins``: exit code 2 (an input error), nothing run, and
+    the message (checked to be one line, no traceback)."""
+    root = make_root(tmp_path, tiny_task([ANALYTIC]), plugins)
+    assert run_evaluate(root, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "breaks the plugin rules" in err, err
+    assert (
+        not (tmp_path / "out" / "results.sqlite").exists()
+        or not ResultStore(str(tmp_path / "out" / "results.sqlite")).results()
+    )
+    return err
+
+
+@pytest.mark.parametrize(
+    ("source", "rule"),
+    [
+        (HOSTILE_DEFENSE, "hostile.py:2 breaks the plugin rules: 'import bench.metrics.vector' — a plugin "
+         "imports only math and torch as modules"),
+        (PATCH_TORCH, "hostile.py:9 breaks the plugin rules: 'torch.linalg.vector_norm' is assigned: a "
+         "plugin never changes a module"),
+    ],
+    ids=["imports_the_scoring", "patches_torch"],
+)  # fmt: skip
+def test_a_defense_cannot_change_how_it_is_scored(tmp_path, capsys, source, rule):
+    """A plugin that would patch the metrics, the scorer, the store or a torch function is refused
+    on its source, before any of it runs (and the parent never imports a plugin at all)."""
+    err = _refused(tmp_path, capsys, {"hostile": source})
+    assert rule in err, err
     assert "bench_defense_plugins.hostile" not in sys.modules
 
 
+SPY = """
+    from bench.defense.base import DEFENSES, Defense
+
+    @DEFENSES.register("spy", "reports that it ran, bound to the run")
+    class Spy(Defense):
+        def bind(self, run):
+            super().bind(run)
+            self.nodes = run.n_nodes
+
+        def outgoing(self, payload, msg):
+            return payload * 1.0001
+
+        def accounting(self):
+            return {"bound_to_nodes": self.nodes}
+"""
+
+
 def test_defense_code_runs_only_in_the_simulation_process(tmp_path):
-    """The plugin runs in the probe and in the simulation process, never in the scorer's. The
-    simulation process is sandboxed (bench.evaluation.sandbox): its attempt to write the marker file
-    fails, so it reports its process id through its accounting instead."""
-    marker = tmp_path / "pids.txt"
-    source = f"""
-        import os
-        from bench.defense.plugin import DEFENSES, Defense
-
-        try:
-            with open({str(marker)!r}, "a") as f:
-                f.write(str(os.getpid()) + "\\n")
-        except PermissionError:
-            pass  # the sandboxed simulation process
-
-        @DEFENSES.register("spy", "records the process it runs in")
-        class Spy(Defense):
-            def outgoing(self, msgs, ctx):
-                return msgs.with_payload(msgs.payload * 1.0001)
-
-            def accounting(self):
-                return {{"pid": os.getpid()}}
-    """
-    root = make_root(tmp_path, tiny_task([ANALYTIC]), {"spy": source})
+    """The plugin runs in the probe's and the simulation's processes, never in the scorer's: its
+    job ran (its accounting, called after the run, reports the run it was bound to), in a
+    sandboxed process (bench.evaluation.sandbox), and this process never imported it. (That the
+    probe and the simulation are distinct processes, and that the sandbox refuses the plugin a
+    file write, a rule-abiding plugin cannot show any more: it can name neither ``os`` nor
+    ``open``. The sandbox itself is tested in tests/evaluation/test_isolation.py.)"""
+    root = make_root(tmp_path, tiny_task([ANALYTIC]), {"spy": SPY})
     store = evaluate(root, tmp_path)
-    (probe,) = {int(p) for p in marker.read_text().split()}  # the simulation could not write
     (spy,) = [r for r in store.results() if r.defense == "spy"]
-    simulation = int(spy.accounting["pid"])
-    import os
-
-    assert os.getpid() not in (probe, simulation) and probe != simulation
+    assert spy.status == "ok", spy.reason
+    assert spy.accounting["defense_notes"] == {"bound_to_nodes": 8}
     assert spy.provenance["sandbox"].startswith("landlock")
+    assert "bench_defense_plugins.spy" not in sys.modules
 
 
 def test_the_view_holds_no_private_knowledge_and_no_model_object():
@@ -149,31 +177,35 @@ def test_the_view_holds_no_private_knowledge_and_no_model_object():
 
 
 BROKEN_HOOK = """
-    from bench.defense.plugin import DEFENSES, Defense
+    from bench.defense.base import DEFENSES, Defense
 
     @DEFENSES.register("broken_shape", "returns one number per node instead of a gradient")
     class BrokenShape(Defense):
-        def local_gradients(self, grads, ctx):
-            return grads.mean(dim=1, keepdim=True)  # [n, 1]: PyTorch would broadcast it
+        def local_gradients(self, grad, node):
+            return grad.mean(dim=0, keepdim=True)  # [1] for [P]: PyTorch would broadcast it
 """
 
 SCALED_MESSAGES = """
-    from bench.defense.plugin import DEFENSES, Defense
+    from bench.defense.base import DEFENSES, Defense
 
     @DEFENSES.register("scaled", "scales its messages a little")
     class Scaled(Defense):
-        def outgoing(self, msgs, ctx):
-            return msgs.with_payload(msgs.payload * 1.0001)
+        def outgoing(self, payload, msg):
+            return payload * 1.0001
 """
 
 
 def test_a_hook_output_of_the_wrong_shape_fails_the_job_naming_the_hook(tmp_path):
-    """Issue 39, item 2: ``local_gradients`` returning ``[n, 1]`` was broadcast silently and
-    ranked first; now its job fails with a reason that names the hook, and it has no score."""
+    """Issue 39, item 2: ``local_gradients`` returning one number per node was broadcast
+    silently and ranked first; now its job is refused with a reason that names the hook, and it
+    has no score."""
     root = make_root(tmp_path, tiny_task([ANALYTIC]), {"broken_shape": BROKEN_HOOK})
     (broken,) = [r for r in evaluate(root, tmp_path).results() if r.defense == "broken_shape"]
     assert broken.status == "failed" and not broken.privacy
-    assert "local_gradients hook returned shape" in broken.reason, broken.reason
+    assert broken.reason.startswith("refused: ") and "local_gradients hook returned shape" in broken.reason, (
+        broken.reason
+    )
+    assert broken.provenance.get("refused")
 
 
 def test_an_attack_that_crashes_on_a_defended_run_counts_as_full_leakage(tmp_path):
@@ -194,53 +226,32 @@ def test_an_attack_that_crashes_on_a_defended_run_counts_as_full_leakage(tmp_pat
     assert none.privacy["server"] == pytest.approx(1.0 - none.attacks[1].leakage)
 
 
-def test_a_defense_can_read_neither_its_parents_arguments_nor_the_store_nor_write_it(tmp_path):
-    """Issue 39, item 1: a plugin that reads ``--store`` from its parent's command line and
-    rewrites its own row. In the sandbox it can read no other process's ``/proc`` folder and
-    neither read nor write the store or the spool; it reports what it tried through its
-    accounting (the one channel it has to the parent)."""
-    out = tmp_path / "out"
-    source = f"""
-        import os
-        from bench.defense.plugin import DEFENSES, Defense
+STORE_WRITER = """
+    from bench.defense.base import DEFENSES, Defense
 
-        def attempt(path, mode):
-            try:
-                with open(path, mode) as f:
-                    f.read(1) if "r" in mode else f.write("x")
-                return "allowed"
-            except OSError as exc:
-                return type(exc).__name__
+    @DEFENSES.register("store_writer", "reads its parent's arguments, then the store")
+    class StoreWriter(Defense):
+        def bind(self, run):
+            super().bind(run)
+            self.parent = open("/proc/1/cmdline", "rb").read()
+            open(STORE, "ab").write(b"x")
 
-        @DEFENSES.register("store_writer", "reads its parent's arguments, then the store")
-        class StoreWriter(Defense):
-            def bind(self, run):
-                super().bind(run)
-                ppid = os.getppid()
-                self.tried = {{
-                    "parent_cmdline": attempt(f"/proc/{{ppid}}/cmdline", "rb"),
-                    "init_cmdline": attempt("/proc/1/cmdline", "rb"),
-                    "own_status": attempt("/proc/self/status", "rb"),
-                    "store_read": attempt({str(out / "results.sqlite")!r}, "rb"),
-                    "store_write": attempt({str(out / "results.sqlite")!r}, "ab"),
-                    "spool_write": attempt({str(out / "spool" / "forged.json")!r}, "w"),
-                }}
+        def outgoing(self, payload, msg):
+            return payload * 1.0001
+"""
 
-            def outgoing(self, msgs, ctx):
-                return msgs.with_payload(msgs.payload * 1.0001)
 
-            def accounting(self):
-                return self.tried
-    """
-    root = make_root(tmp_path, tiny_task([ANALYTIC]), {"store_writer": source})
-    store = evaluate(root, tmp_path)
-    (row,) = [r for r in store.results() if r.defense == "store_writer"]
-    tried = row.accounting
-    assert tried["own_status"] == "allowed", tried  # the sandbox still lets it read its own /proc
-    for what in ("parent_cmdline", "init_cmdline", "store_read", "store_write", "spool_write"):
-        assert tried[what] in ("PermissionError", "FileNotFoundError"), (what, tried)
-    assert tried["store_read"] == "PermissionError" and tried["parent_cmdline"] == "PermissionError"
-    assert row.provenance["sandbox"].startswith("landlock")
+def test_a_defense_can_read_neither_its_parents_arguments_nor_the_store_nor_write_it(tmp_path, capsys):
+    """Issue 39, item 1: a plugin that reads its parent's command line and rewrites its own row
+    in the store. It cannot name ``open`` (nor ``os``, ``io``, ``pathlib``): the plugin rules
+    refuse it before it runs. (The sandbox that denied such reads and writes at run time is still
+    there — ``provenance["sandbox"]`` — but no rule-abiding plugin can exercise it: the former
+    test of what it denied is gone with the plugins that could try.)"""
+    store = tmp_path / "out" / "results.sqlite"
+    err = _refused(tmp_path, capsys, {"store_writer": STORE_WRITER.replace("STORE", repr(str(store)))})
+    rule = "'open' reaches objects by name or leaves the plugin's code"
+    assert f"store_writer.py:8 breaks the plugin rules: {rule}" in err, err
+    assert "(and 1 more)" in err
 
 
 def test_evaluate_refuses_to_run_defense_code_unsandboxed_unless_told(tmp_path, monkeypatch, capsys):

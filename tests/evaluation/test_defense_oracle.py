@@ -28,12 +28,14 @@ from bench.spec.schema import parse_task
 from tests.support.bench_root import REPO
 from tests.support.one_task import evaluate, make_root, outcomes, tiny_task
 
-#: a fixed random orthogonal map R(g) = H (s ⊙ g[π]) (a permutation π, signs s and a Householder
-#: reflection H, all drawn once from a constant seed): every upload is rotated, and the server
-#: undoes it before it averages — no attack knows it by name
+#: a fixed pseudo-random orthogonal map R(g) = H (s ⊙ g[π]) (a permutation π, signs s and a
+#: Householder reflection H): every upload is rotated, and the server decodes each upload before
+#: it averages — no attack knows it by name. Fixed: computed from the coordinates' indices (a
+#: hash of each), so the run and the oracle's instances (bound with seeds of their own) rotate
+#: alike; drawn from the generator the harness seeds in ``bind``, it would be a random defense
 ROTATION = """
 import torch
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
 @DEFENSES.register("rotation", "a fixed random orthogonal rotation of each upload, undone by the server")
@@ -42,26 +44,22 @@ class Rotation(Defense):
 
     def bind(self, run):
         super().bind(run)
-        gen = torch.Generator().manual_seed(1234)
-        p = run.n_params
-        self.perm = torch.randperm(p, generator=gen)
+        i = torch.arange(run.n_params, dtype=torch.float64)
+        self.perm = torch.argsort(torch.frac(torch.sin(i * 12.9898 + 1.0) * 43758.5453))
         self.inv = torch.argsort(self.perm)
-        self.signs = (torch.randint(0, 2, (p,), generator=gen) * 2 - 1).to(run.dtype)
-        v = torch.randn(p, generator=gen, dtype=torch.float64)
-        self.v = (v / v.norm()).to(run.dtype)
+        self.signs = torch.where(torch.frac(torch.sin(i * 78.233 + 2.0) * 43758.5453) < 0.5, -1.0, 1.0)
+        v = torch.sin(i * 3.7 + 0.3)
+        self.v = v / torch.linalg.vector_norm(v)
 
-    def _reflect(self, x):
-        return x - 2.0 * (x @ self.v).unsqueeze(-1) * self.v
+    def reflect(self, x):
+        v = self.v.to(x.dtype)
+        return x - 2.0 * (x @ v) * v
 
-    def outgoing(self, msgs, ctx):
-        return msgs.with_payload(self._reflect(msgs.payload[:, self.perm] * self.signs))
+    def outgoing(self, payload, msg):
+        return self.reflect(payload[self.perm] * self.signs.to(payload.dtype))
 
-    def wrap_aggregation(self, aggregate, ctx):
-        def undo(own, delivered):
-            plain = (self._reflect(delivered.payload) * self.signs)[:, self.inv]
-            return aggregate(own, delivered.with_payload(plain))
-
-        return undo
+    def decode(self, payload, msg):
+        return (self.reflect(payload) * self.signs.to(payload.dtype))[self.inv]
 """
 
 
@@ -214,10 +212,11 @@ def test_an_input_query_answers_what_the_gradient_query_does(defense, params):
     assert g_in.abs().sum() > 0
 
 
-#: a fixed public vector added to every upload: additive, deterministic
+#: a fixed public vector added to every upload: additive and deterministic, but by the plugin's
+#: own ``outgoing`` — not additive *by construction* (only the harness's message noise is)
 SHIFT = """
 import torch
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
 @DEFENSES.register("public_shift", "adds one public vector to every upload")
@@ -228,25 +227,23 @@ class PublicShift(Defense):
         super().bind(run)
         self.shift = torch.linspace(-1.0, 1.0, run.n_params, dtype=run.dtype)
 
-    def outgoing(self, msgs, ctx):
-        return msgs.with_payload(msgs.payload + self.shift)
+    def outgoing(self, payload, msg):
+        return payload + self.shift.to(payload.dtype)
 """
 
 
 #: noise that scales with the message (``g ⊙ (1 + z/2)``): random and not separable
 RELATIVE = """
 import torch
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
 @DEFENSES.register("relative_noise", "multiplies every upload by 1 + z/2, z standard normal")
 class RelativeNoise(Defense):
     protocols = ("fedsgd",)
 
-    def outgoing(self, msgs, ctx):
-        gen = self.generator("relative_noise", msgs.payload.device)
-        z = torch.randn(msgs.payload.shape, generator=gen, dtype=msgs.payload.dtype)
-        return msgs.with_payload(msgs.payload * (1.0 + 0.5 * z))
+    def outgoing(self, payload, msg):
+        return payload * (1.0 + 0.5 * torch.randn_like(payload))
 """
 
 
@@ -265,21 +262,39 @@ def _oracle_of(defense: str, params: dict, tmp_path: Path) -> oracle.DefenseOrac
 
 
 @pytest.mark.parametrize("objective", ["l2", "cosine"])
-@pytest.mark.parametrize(("defense", "params"), [("gaussian_noise", {"sigma": 1.0}), ("public_shift", {})])
-def test_an_additive_defense_is_answered_by_its_offsets(defense, params, objective, tmp_path):
-    """``D_m(G) = mean_b G + c_m``: one ``offsets`` query answers ``c̄ = mean_m c_m`` and the
-    oracle's own objective is ``dist(mean_b G + c̄, g)`` for every ``G`` (float64, 1e-12)."""
-    o = _oracle_of(defense, params, tmp_path)
+def test_an_additive_defense_is_answered_by_its_offsets(objective, tmp_path):
+    """``D_m(G) = mean_b G + c_m`` by construction (the harness's message noise, no hook of the
+    plugin's on the way): one ``offsets`` query answers ``c̄ = mean_m c_m`` and the oracle's own
+    objective is ``dist(mean_b G + c̄, g)`` for every ``G`` (float64, 1e-12)."""
+    o = _oracle_of("gaussian_noise", {"sigma": 1.0}, tmp_path)
+    assert o.additive_by_construction and o.separable_by_construction
     q = _query(o, 4, 2, objective)
     got = o.handle({**q, "op": "offsets", "batch": 2})
     assert got["additive"] is True and got["offsets"].shape == q["target"].shape
+    assert got["offsets"].abs().amax() > 0  # the noise's mean over the draws
     for seed in (0, 1):  # other gradients, the same problems
         other = {**q, "grads": _query(o, 4, 2, objective, seed=seed + 10)["grads"]}
         want = gradient_distance(other["grads"].mean(1) + got["offsets"], q["target"], objective)
         torch.testing.assert_close(o.handle(other)["values"], want, rtol=1e-12, atol=1e-12)
-    if defense == "public_shift":
-        shift = torch.linspace(-1.0, 1.0, o._info.n_params, dtype=torch.float64)
-        torch.testing.assert_close(got["offsets"], shift.expand(4, -1), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("objective", ["l2", "cosine"])
+def test_a_plugins_own_additive_shift_is_evaluated_on_the_queries(objective, tmp_path):
+    """A public shift in the plugin's own ``outgoing`` is additive, but not by construction: no
+    ``offsets`` shortcut, and every query is answered through the hook — the closed form
+    ``dist(mean_b G + shift, g)`` and its gradient (float64, 1e-12)."""
+    o = _oracle_of("public_shift", {}, tmp_path)
+    assert not o.additive_by_construction and not o.separable_by_construction
+    q = _query(o, 4, 2, objective)
+    assert o.handle({**q, "op": "offsets", "batch": 2}) == {"additive": False}
+    shift = torch.linspace(-1.0, 1.0, o._info.n_params, dtype=torch.float64)
+    g = q["grads"].clone().requires_grad_(True)
+    want = gradient_distance(g.mean(1) + shift, q["target"], objective)
+    (dg,) = torch.autograd.grad(want.sum(), g)
+    got = o.handle(q)
+    torch.testing.assert_close(got["values"], want.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["grads"], dg, rtol=1e-10, atol=1e-12)
+    assert o.info(-1)["random"] is False
 
 
 @pytest.mark.parametrize(
@@ -291,11 +306,13 @@ def test_an_additive_defense_is_answered_by_its_offsets(defense, params, objecti
         ("top_k", {"fraction": 0.3}),
         ("dp_sgd", {"clip_norm": 1.0, "noise_multiplier": 0.5}),
         ("rotation", {}),
+        ("relative_noise", {}),
     ],
 )
 def test_a_defense_that_is_not_additive_gets_no_shortcut(defense, params, tmp_path):
     """A clipping, a rounding, a sparsification, DP-SGD's per-sample clipping under its noise, a
-    rotation: each fails the probes at one scale, and the attack keeps querying ``D``."""
+    rotation, noise that scales with the message: none is additive by construction, and the
+    attack keeps querying ``D``."""
     o = _oracle_of(defense, params, tmp_path)
     q = _query(o, 4, 2)
     assert o.handle({**q, "op": "offsets", "batch": 2}) == {"additive": False}
@@ -528,7 +545,7 @@ def test_a_rotation_no_attack_knows_is_broken_by_the_generic_variant(tmp_path):
     generic = rotated["dlg" + ORACLE_SUFFIX]
     assert generic.status == "ok" and generic.leakage > 0.9
     (result,) = [r for r in store.results() if r.defense == "rotation"]
-    assert result.status == "ok"  # the audit replays the server's undoing: it is honest
+    assert result.status == "ok"  # the server decodes each upload: within the per-node contract
     assert result.provenance["oracle"]["queries"] > 0
     assert result.provenance["oracle"]["sandbox"].startswith("landlock")  # as the simulation's
 
@@ -552,15 +569,15 @@ def test_a_rotation_of_fedavg_uploads_is_broken_by_generic_update_matching(tmp_p
 def test_the_update_pipeline_is_answered_in_closed_form(tmp_path):
     """``D(Δ) = outgoing(local_update(θ + Δ, θ)) − θ`` for a defense that halves the message."""
     source = """
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
 @DEFENSES.register("halve", "halve the uploads")
 class Halve(Defense):
     protocols = ("fedavg",)
 
-    def outgoing(self, msgs, ctx):
-        return msgs.with_payload(msgs.payload * 0.5)
+    def outgoing(self, payload, msg):
+        return payload * 0.5
 """
     spec = tiny_task([])
     spec["simulation"]["protocol"] = "fedavg"
@@ -654,7 +671,8 @@ def test_every_committed_defense_is_answered_on_fedsgd():
     """The oracle runs each committed defense's hooks on a few nodes' rows under autograd: every
     example answers finite values and gradients, or — secure aggregation's ring elements —
     refuses with a reason (the generic variant then fails, as the standard attacks do)."""
-    from bench.defense.plugin import DEFENSES, discover_defenses, load_defense_module
+    from bench.defense.loading import discover_defenses, load_defense_module
+    from bench.defense.plugin import DEFENSES
 
     for name in discover_defenses(REPO):
         load_defense_module(name, REPO)
@@ -678,7 +696,7 @@ def test_update_matching_has_a_generic_variant_only_without_per_step_hooks():
     fedsgd = call_with_params(PROTOCOLS, "fedsgd", "protocol", lr=0.5)
     attack = FedAvgUpdateInversion()
     assert attack.uses_defense_oracle(fedavg, frozenset({"outgoing"}))
-    assert attack.uses_defense_oracle(fedavg, frozenset({"local_update", "wrap_aggregation"}))
+    assert attack.uses_defense_oracle(fedavg, frozenset({"local_update", "decode"}))
     assert not attack.uses_defense_oracle(fedavg, frozenset({"outgoing", "local_gradients"}))
-    assert not attack.uses_defense_oracle(fedavg, frozenset({"wrap_aggregation"}))
+    assert not attack.uses_defense_oracle(fedavg, frozenset({"decode"}))
     assert not attack.uses_defense_oracle(fedsgd, frozenset({"outgoing"}))

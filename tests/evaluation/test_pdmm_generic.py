@@ -18,25 +18,28 @@ from bench.protocols import PROTOCOLS
 from bench.spec.schema import parse_task
 from tests.support.one_task import evaluate, make_root, outcomes, tiny_task
 
-#: a fixed random signed permutation of every local gradient (the model trains on it; what an
-#: eavesdropper decodes from Δz is the permuted gradient)
+#: a fixed pseudo-random signed permutation of every local gradient (the model trains on it; what
+#: an eavesdropper decodes from Δz is the permuted gradient). Fixed: computed from the coordinates'
+#: indices (a hash of each), so the run and the defense oracle's instances — bound with seeds of
+#: their own — permute alike; a permutation drawn from the seeded generator in ``bind`` would be
+#: a random defense the oracle averages over
 PERMUTE = """
 import torch
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
-@DEFENSES.register("permute", "a fixed random signed permutation of the local gradient")
+@DEFENSES.register("permute", "a fixed pseudo-random signed permutation of the local gradient")
 class Permute(Defense):
     protocols = ("pdmm",)
 
     def bind(self, run):
         super().bind(run)
-        gen = torch.Generator().manual_seed(4321)
-        self.perm = torch.randperm(run.n_params, generator=gen)
-        self.signs = (torch.randint(0, 2, (run.n_params,), generator=gen) * 2 - 1).to(run.dtype)
+        i = torch.arange(run.n_params, dtype=torch.float64)
+        self.perm = torch.argsort(torch.frac(torch.sin(i * 12.9898 + 1.0) * 43758.5453))
+        self.signs = torch.where(torch.frac(torch.sin(i * 78.233 + 2.0) * 43758.5453) < 0.5, -1.0, 1.0)
 
-    def local_gradients(self, grads, ctx):
-        return grads[:, self.perm] * self.signs
+    def local_gradients(self, grad, node):
+        return grad[self.perm] * self.signs.to(grad.dtype)
 """
 
 ATTACK = {

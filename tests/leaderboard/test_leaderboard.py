@@ -115,7 +115,7 @@ def test_load_entry_names_the_file_and_the_field(tmp_path):
 def test_every_defense_of_the_repository_has_a_quick_entry():
     """The committed leaderboard covers every defense plugin on the quick suite (one entry per
     configuration the suite lists), exported from a run of the current code."""
-    from bench.defense.plugin import discover_defenses
+    from bench.defense.loading import discover_defenses
     from bench.spec.catalog import Catalog
 
     suite = Catalog(REPO).suite("quick")

@@ -295,6 +295,31 @@ def test_a_defense_is_ranked_only_on_the_threat_models_it_claims() -> None:
     assert front == ["robust"]  # passive_only (privacy 0.9) would dominate it, but is not claimed
 
 
+def test_an_epsilon_the_attacks_refute_is_a_false_claim_and_not_ranked() -> None:
+    """Where the membership attacks' empirical lower bound exceeds the ε an entry shows, the entry
+    is not ranked on that track; an ε the harness did not verify is not shown, only flagged."""
+    from bench.leaderboard.ranking import EPSILON_LB_METRIC
+
+    def mia(defense: str, lb: float, accounting: dict) -> object:
+        r = job("m", "user", defense, 0, {"a": 0.2}, 0.9, None, accounting=accounting)
+        r.attacks[0].metrics[EPSILON_LB_METRIC] = lb
+        return r
+
+    df = entry_table(
+        [
+            mia("refuted", 3.0, {"epsilon": 1.0, "delta": 1e-5}),
+            mia("kept", 0.5, {"epsilon": 1.0, "delta": 1e-5}),
+            mia("unverified", 3.0, {"epsilon": None, "claimed_epsilon": 0.1, "verified": False}),
+        ]
+    ).set_index("defense")
+    assert bool(df.loc["refuted", "epsilon_exceeded"]) and pd.isna(df.loc["refuted", "rank"])
+    assert df.loc["kept", "rank"] == 1
+    assert math.isnan(df.loc["unverified", "epsilon_mean"]) and bool(
+        df.loc["unverified", "epsilon_unverified"]
+    )
+    assert not bool(df.loc["unverified", "epsilon_exceeded"]) and df.loc["unverified", "rank"] == 2
+
+
 def test_an_epsilon_counts_only_against_the_threat_models_the_defense_claims() -> None:
     """A DP guarantee that does not cover the track's adversary (DP-FedAvg's noise is added by
     the server, after it saw the updates) is not shown as one there, and no lower bound can

@@ -115,7 +115,7 @@ def test_oracle_observables_separate_estimation_error_from_attack_error():
     assert observed.shape == oracle.shape
     assert (observed[:, honest] - oracle[:, honest]).abs().max().item() < 1e-8  # no estimation error
     # with quantized transmission the observables carry estimation error the oracle does not
-    from bench.defense.plugin import build_defense
+    from bench.defense.loading import build_defense
     from bench.spec.catalog import bench_root
 
     q = Simulation(

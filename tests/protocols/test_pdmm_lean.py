@@ -21,8 +21,10 @@ class Halve(DefenseHooks):
 
 
 class Wraps(DefenseHooks):
-    def wrap_aggregation(self, aggregate, ctx):
-        return aggregate
+    """A receive side of its own (the identity): PDMM then keeps its full edge state."""
+
+    def active_hooks(self):
+        return frozenset({"decode"})
 
 
 def run(cfg, rounds, hooks=None, **params):

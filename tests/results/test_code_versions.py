@@ -20,13 +20,13 @@ from tests.support.bench_root import REPO, make_root, run_evaluate, tiny_task
 TASK = tiny_task(nodes=6)
 
 NOISE = """
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
 @DEFENSES.register("scaled", "scales every message")
 class Scaled(Defense):
-    def outgoing(self, msgs, ctx):
-        return msgs.with_payload(msgs.payload * {factor})
+    def outgoing(self, payload, msg):
+        return payload * {factor}
 """
 
 

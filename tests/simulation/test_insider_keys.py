@@ -1,12 +1,12 @@
-"""Insiders hold their keys (bench.simulation.decoding): a transform that every receiver undoes
+"""Insiders hold their keys (bench.simulation.channel): a transform that every receiver undoes
 with a secret all nodes share hides nothing from a curious participant.
 
-Each plugin multiplies what a node sends by a secret derived from the run's seed — a sign
-pattern, a permutation, a per-coordinate scaling — and every receiver undoes it in
-``wrap_aggregation`` (a stateless receive side: it passes the channel audit). Observed on the
-wire, the messages are scrambled; decoded by the adversary's own nodes, they are plain. The
-privacy of each must equal that of the undefended run, on the server track of FedSGD and on the
-neighbours track of gossip averaging.
+Each plugin transforms what a node sends with a secret drawn once in ``bind`` (from PyTorch's
+generator, which the harness seeds there: one secret for the whole run, held by every node) — a
+sign pattern, a permutation, a per-coordinate scaling — and every receiver undoes it in its
+per-message ``decode``. Observed on the wire, the messages are scrambled; decoded by the
+adversary's own nodes, they are plain. The privacy of each must equal that of the undefended
+run, on the server track of FedSGD and on the neighbours track of gossip averaging.
 """
 
 from __future__ import annotations
@@ -22,53 +22,63 @@ from tests.support.bench_root import evaluated_store, make_root, tiny_task
 
 _SECRET = """
 import torch
-from bench.defense.plugin import DEFENSES, Defense
+from bench.defense.base import DEFENSES, Defense
 
 
 @DEFENSES.register("{name}", "a secret every node shares: {what}")
 class Shared(Defense):
-    def _key(self, p, like):
-        g = torch.Generator().manual_seed(self.run.seed + 1234)
+    def bind(self, run):
+        super().bind(run)
+        p = run.n_params
         {key}
-        return key
+        self.key = key
 
-    def outgoing(self, msgs, ctx):
-        k = self._key(msgs.payload.shape[1], msgs.payload)
-        return msgs.with_payload({encode})
+    def secret(self, d):
+        # the first d coordinates of the key: a message is at most P wide (a model, a gradient,
+        # an edge variable; gossip averaging's values are narrower)
+        k = self.key[:d]
+        {derive}
+        return k
 
-    def wrap_aggregation(self, aggregate, ctx):
-        def undo(own, delivered):
-            x = delivered.payload
-            k = self._key(x.shape[1], x)
-            return aggregate(own, delivered.with_payload({decode}))
-        return undo
+    def outgoing(self, payload, msg):
+        k = self.secret(payload.shape[0])
+        return {encode}
+
+    def decode(self, payload, msg):
+        k = self.secret(payload.shape[0])
+        return {decode}
 """
 
+#: name -> (what, the key drawn in bind, the secret derived from its first d coordinates,
+#: encode, decode)
 TRANSFORMS = {
     "sign_flips": (
         "a secret sign per coordinate",
-        "key = (torch.randint(0, 2, (p,), generator=g) * 2 - 1).to(like.dtype); key[0] = -1",
-        "msgs.payload * k",
-        "x * k",
+        "key = torch.where(torch.rand(p) < 0.5, -1.0, 1.0).to(run.dtype); key[0] = -1.0",
+        "k = k",
+        "payload * k",
+        "payload * k",
     ),
     "permutation": (
         "a secret permutation of the coordinates",
-        "key = torch.randperm(p, generator=g); key = key if (key != torch.arange(p)).any() else key.roll(1)",
-        "msgs.payload[:, k]",
-        "x[:, torch.argsort(k)]",
+        "key = torch.rand(p)  # random scores: their order is a uniform permutation",
+        "k = torch.argsort(k); k = torch.where((k == torch.arange(d)).all(), k.roll(1), k)",
+        "payload[k]",
+        "payload[torch.argsort(k)]",
     ),
     "scaling": (
         "a secret per-coordinate scale",
-        "key = torch.exp(torch.randn(p, generator=g, dtype=torch.float64) * 2).to(like.dtype)",
-        "msgs.payload * k",
-        "x / k",
+        "key = torch.exp(torch.randn(p, dtype=torch.float64) * 2).to(run.dtype)",
+        "k = k",
+        "payload * k",
+        "payload / k",
     ),
 }
 
 
 def _plugin(name: str) -> str:
-    what, key, encode, decode = TRANSFORMS[name]
-    return _SECRET.format(name=name, what=what, key=key, encode=encode, decode=decode)
+    what, key, derive, encode, decode = TRANSFORMS[name]
+    return _SECRET.format(name=name, what=what, key=key, derive=derive, encode=encode, decode=decode)
 
 
 GOSSIP = {
@@ -112,23 +122,25 @@ def test_a_secret_every_node_holds_earns_no_privacy_against_a_participant(tmp_pa
     assert baseline < 0.05  # the attack breaks the undefended run
     for name in TRANSFORMS:
         r = results[name]
-        assert r.status == "ok", (name, r.reason)  # a stateless receive side passes the audit
+        assert r.status == "ok", (name, r.reason)  # a per-message decoding is within the contract
         assert abs(r.privacy[threat] - baseline) < 0.02, (name, r.privacy, baseline)
         (attack,) = r.attacks
         assert attack.metrics["decoded_view"] == 1.0  # it took the adversary's own decoding
 
 
 class _Scale(DefenseHooks):
-    """Send ``S m`` for a fixed invertible diagonal ``S``; receivers aggregate ``S⁻¹ m``."""
+    """Send ``S m`` for a fixed invertible diagonal ``S``; receivers decode each delivery to
+    ``S⁻¹ m`` (bench's stacked hooks: ``outgoing`` on the batch, ``decode`` per delivery)."""
 
     def __init__(self, p: int) -> None:
         self.s = torch.linspace(0.5, 3.0, p, dtype=torch.float64)
+        self.decodes = True  # the Channel decodes every delivery with :meth:`decode`
 
     def outgoing(self, msgs, ctx):
         return msgs.with_payload(msgs.payload * self.s)
 
-    def wrap_aggregation(self, aggregate, ctx):
-        return lambda own, delivered: aggregate(own, delivered.with_payload(delivered.payload / self.s))
+    def decode(self, delivered, own, rows, ctx):
+        return delivered.payload / self.s
 
 
 @pytest.mark.parametrize(

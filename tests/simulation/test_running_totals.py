@@ -6,7 +6,7 @@ import torch
 
 from bench.attacks import build_attack
 from bench.attacks.observe.pdmm_observables import PDMMObservables, honest_nodes
-from bench.defense.plugin import build_defense
+from bench.defense.loading import build_defense
 from bench.simulation import Simulation
 from bench.simulation.messages import MessageBatch
 from bench.simulation.transcript import RunningTotal, Transcript

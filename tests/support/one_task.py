@@ -1,5 +1,5 @@
 """One tiny task in a benchmark root of its own, evaluated in this process: the set-up of the
-containment tests, shared with the oracle, channel-audit, generic PDMM-oracle and README tests.
+containment tests, shared with the oracle, side-channel, generic PDMM-oracle and README tests.
 
 ``tiny_task`` is ``bench_root.tiny_task`` with the given attacks (and public knowledge) scored on
 ``val_acc``; ``make_root`` holds that one task and the defense plugins given by source; ``evaluate``

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -10,6 +12,7 @@ from bench.attacks.observe.aggregate import aggregate_target
 from bench.attacks.observe.common_model import MODEL_KIND
 from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
 from bench.attacks.observe.gradients import (
+    WINDOW,
     GradientTarget,
     architecture,
     first_payloads,
@@ -17,7 +20,7 @@ from bench.attacks.observe.gradients import (
     input_shape,
 )
 from bench.attacks.observe.targets import source_kinds, source_rounds
-from bench.core.errors import require_positive_int
+from bench.core.errors import require, require_positive_int
 from bench.simulation.flat import FlatModel
 from bench.threats import View
 
@@ -107,6 +110,11 @@ class AnalyticLogReg(Attack):
     samples_per_node:
         With ``aggregate`` and full local batches (whose sizes are not public): the samples each
         contributor is assumed to hold.
+    window:
+        Consecutive rounds whose uploads of each client are summed before the ratio (kind
+        ``"gradient"``, not with ``aggregate``): for one sample every upload is a multiple of
+        ``[x; 1]``, so the ratio of the sum is ``x`` exactly, whatever the models of those rounds —
+        and noise a defense adds in one round and takes back in the next cancels.
     """
 
     threats = ("server", "eavesdropper", "neighbors")
@@ -114,6 +122,7 @@ class AnalyticLogReg(Attack):
     protocols = ("fedsgd", "dpsgd")
     models = ("logreg",)
     one_sample = True
+    per_round = True
 
     def __init__(
         self,
@@ -121,11 +130,23 @@ class AnalyticLogReg(Attack):
         kind: str = "gradient",
         aggregate: bool = False,
         samples_per_node: int = 1,
+        window: int = 1,
     ) -> None:
         self.rounds = [int(t) for t in rounds]
         self.kind = str(kind)
         self.aggregate = bool(aggregate)
         self.samples_per_node = require_positive_int(samples_per_node, "attack.samples_per_node")
+        self.window = require_positive_int(window, "attack.window")
+        require(
+            self.window == 1 or (self.kind == "gradient" and not self.aggregate),
+            "attack.window",
+            window,
+            "a window of rounds sums FedSGD uploads: kind 'gradient', not with aggregate",
+        )
+
+    def window_params(self, threat: str, protocol: str) -> dict[str, Any] | None:
+        ok = protocol == "fedsgd" and threat in ("server", "eavesdropper") and self.kind == "gradient"
+        return {"window": WINDOW} if ok and not self.aggregate else None
 
     @property
     def source(self) -> str | None:
@@ -135,7 +156,8 @@ class AnalyticLogReg(Attack):
 
     def requirements(self) -> Requirement:
         if self.source is None:
-            return Requirement(rounds=tuple(self.rounds), kinds=(self.kind,))
+            rounds = {t + k for t in self.rounds for k in range(self.window)}
+            return Requirement(rounds=tuple(sorted(rounds)), kinds=(self.kind,))
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
 
     def gradients(self, view: View, round_: int) -> dict[int, torch.Tensor]:
@@ -145,6 +167,11 @@ class AnalyticLogReg(Attack):
         grads = first_payloads(view, round_, self.kind)
         if not grads:
             raise AttackError(f"no messages of kind '{self.kind}' observed in round {round_}")
+        for k in range(1, self.window):  # the sum over the window, for the clients seen in every round
+            later = first_payloads(view, round_ + k, self.kind)
+            grads = {v: g + later[v] for v, g in grads.items() if v in later}
+        if not grads:
+            raise AttackError(f"no client uploaded in every round of {round_} … {round_ + self.window - 1}")
         return grads
 
     def run(self, view: View) -> list[Reconstruction]:

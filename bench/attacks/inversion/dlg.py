@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,7 +22,13 @@ from bench.attacks.observe.gradients import (
     loss_name,
     parameter_leaves,
 )
-from bench.attacks.observe.targets import NODE_SOURCES, gradient_targets, source_kinds
+from bench.attacks.observe.targets import (
+    NODE_SOURCES,
+    gradient_targets,
+    server_window_params,
+    source_kinds,
+    source_rounds,
+)
 from bench.attacks.oracle import OracleClient
 from bench.core.errors import require, require_positive_int
 from bench.core.params import require_choice
@@ -105,6 +111,7 @@ class DLG(Attack):
     """
 
     threats = ("server", "eavesdropper", "neighbors")
+    per_round = True
     protocols = ("fedsgd", "dpsgd")
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
 
@@ -127,8 +134,11 @@ class DLG(Attack):
         self.batch_size = require_positive_int(batch_size, "attack.batch_size")
         self.seed = int(seed)
 
+    def window_params(self, threat: str, protocol: str) -> dict[str, Any] | None:
+        return server_window_params(self.source, threat, protocol)
+
     def requirements(self) -> Requirement:
-        return Requirement(rounds=tuple(self.rounds), kinds=source_kinds(self.source))
+        return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))
 
     def uses_defense_oracle(self, protocol: Protocol, hooks: frozenset[str]) -> bool:
         """:func:`~bench.attacks.inversion.oracle_transform.node_gradient_variant`."""

@@ -17,7 +17,13 @@ from bench.attacks.inversion.optimizers import OPTIMIZERS, batched_adam, batched
 from bench.attacks.inversion.oracle_transform import node_gradient_variant, problems_transform
 from bench.attacks.inversion.problems import LABEL_STRATEGIES, Problems, best_per_victim, build_problems
 from bench.attacks.observe.gradients import flat_model, input_shape, loss_function, loss_name
-from bench.attacks.observe.targets import SOURCES, gradient_targets, source_kinds, source_rounds
+from bench.attacks.observe.targets import (
+    SOURCES,
+    gradient_targets,
+    server_window_params,
+    source_kinds,
+    source_rounds,
+)
 from bench.attacks.oracle import OracleClient
 from bench.core.errors import require_number, require_positive_int
 from bench.core.params import require_choice
@@ -77,6 +83,7 @@ class BatchedDLG(Attack):
     """
 
     threats = ("server", "eavesdropper", "neighbors")
+    per_round = True
     protocols = ("fedsgd", "dpsgd")
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
 
@@ -114,6 +121,9 @@ class BatchedDLG(Attack):
         """Match the kept coordinates of a sparsified gradient, directions of a clipped one
         (:func:`~bench.attacks.inversion.adaptive.matching_adaptation`)."""
         return matching_adaptation(knowledge, self.objective)
+
+    def window_params(self, threat: str, protocol: str) -> dict[str, Any] | None:
+        return server_window_params(self.source, threat, protocol)
 
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))

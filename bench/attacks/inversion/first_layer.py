@@ -34,13 +34,20 @@ from the same gradient.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from bench.attacks.base import ATTACKS, Attack, AttackError, Reconstruction, Requirement
 from bench.attacks.inversion.idlg import idlg_label
 from bench.attacks.observe import gradients
-from bench.attacks.observe.targets import NODE_SOURCES, gradient_targets, source_kinds, source_rounds
+from bench.attacks.observe.targets import (
+    NODE_SOURCES,
+    gradient_targets,
+    server_window_params,
+    source_kinds,
+    source_rounds,
+)
 from bench.core.errors import require
 from bench.core.params import require_choice
 from bench.simulation.flat import ParamSlot
@@ -113,6 +120,7 @@ class FirstLayerInversion(Attack):
     """
 
     threats = ("server", "eavesdropper", "neighbors")
+    per_round = True
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
     protocols = ("fedsgd", "dpsgd")
     one_sample = True
@@ -133,6 +141,9 @@ class FirstLayerInversion(Attack):
         ok = isinstance(iterations, int) and not isinstance(iterations, bool) and iterations >= 0
         require(ok, "attack.iterations", iterations, "must be an integer ≥ 0")
         self.iterations = int(iterations)
+
+    def window_params(self, threat: str, protocol: str) -> dict[str, Any] | None:
+        return server_window_params(self.source, threat, protocol)
 
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))

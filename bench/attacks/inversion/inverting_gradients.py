@@ -19,7 +19,13 @@ from bench.attacks.observe.gradients import (
     loss_function,
     loss_name,
 )
-from bench.attacks.observe.targets import SOURCES, gradient_targets, source_kinds, source_rounds
+from bench.attacks.observe.targets import (
+    SOURCES,
+    gradient_targets,
+    server_window_params,
+    source_kinds,
+    source_rounds,
+)
 from bench.attacks.oracle import OracleClient
 from bench.core.errors import require_number, require_positive_int
 from bench.core.params import require_choice
@@ -76,6 +82,7 @@ class InvertingGradients(Attack):
     """
 
     threats = ("server", "eavesdropper", "neighbors")
+    per_round = True
     protocols = ("fedsgd", "dpsgd")
     metrics = ("image_ssim", "image_psnr", "label_accuracy")
 
@@ -123,6 +130,9 @@ class InvertingGradients(Attack):
         """Against sparsification, match the kept coordinates only (the cosine objective is
         already blind to clipping's rescaling; :mod:`bench.attacks.inversion.adaptive`)."""
         return matching_adaptation(knowledge, "cosine")
+
+    def window_params(self, threat: str, protocol: str) -> dict[str, Any] | None:
+        return server_window_params(self.source, threat, protocol)
 
     def requirements(self) -> Requirement:
         return Requirement(rounds=source_rounds(self.source, self.rounds), kinds=source_kinds(self.source))

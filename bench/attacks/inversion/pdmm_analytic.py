@@ -157,7 +157,7 @@ class PDMMAnalyticLogReg(Attack):
             rows = unit_rows(g[k0 : k0 + self.window + self.lag, honest], d, h)  # [K, n, h, d + 1]
             rows = rows - rows.mean(0, keepdim=True)  # each unit's z⁽⁰⁾ term cancels over rounds
             v = rank_one_direction(rows.transpose(1, 2).reshape(-1, len(honest), d + 1))
-            ratio = v[:, :d] / v[:, d : d + 1]
+            ratio = finite_ratio(v[:, :d], v[:, d : d + 1])
             return [
                 Reconstruction(
                     node=node,
@@ -184,6 +184,16 @@ def unit_rows(g: torch.Tensor, d: int, h: int) -> torch.Tensor:
 
 def unit_ratio(rows: torch.Tensor) -> torch.Tensor:
     """``[..., d]``: the least-squares ``x̂`` of ``(∇W_j, ∇b_j) = δ_j (x, 1)`` over the units ``j``,
-    ``x̂ = Σ_j ∇b_j ∇W_j / Σ_j ∇b_j²`` (``∇W / ∇b`` for one unit)."""
+    ``x̂ = Σ_j ∇b_j ∇W_j / Σ_j ∇b_j²`` (``∇W / ∇b`` for one unit); zeros where every bias entry
+    is zero (:func:`finite_ratio`)."""
     w, b = rows[..., :-1], rows[..., -1:]
-    return (b * w).sum(-2) / b.pow(2).sum(-2)
+    return finite_ratio((b * w).sum(-2), b.pow(2).sum(-2))
+
+
+def finite_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den`` where ``den ≠ 0``, else zeros — the degenerate guess of a ratio attack whose
+    bias entry a defense removed (a top-k that keeps no bias coordinate), so that an attack that
+    cannot invert answers a finite guess rather than NaN (a non-finite answer counts as full
+    leakage, :func:`bench.evaluation.job.count_crash`)."""
+    ok = den != 0
+    return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))

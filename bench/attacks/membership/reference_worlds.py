@@ -212,7 +212,7 @@ def train_reference_worlds(
 
 #: the hooks a defense's reference worlds train under (:func:`reference_worlds_at`): those of
 #: local training, which act in the worlds as in the run. The message hooks (``outgoing``,
-#: ``wrap_aggregation``) are left out — the worlds replay a federated run as gossip, so they
+#: ``decode``) are left out — the worlds replay a federated run as gossip, so they
 #: would act on other messages than the run's (and secure aggregation, which changes no model,
 #: would only cost time)
 TRAINING_HOOKS = frozenset({"per_sample_gradients", "local_gradients", "local_update"})
@@ -222,13 +222,18 @@ class TrainingHooks(DefenseHooks):
     """A defense's training hooks (:data:`TRAINING_HOOKS`) and nothing else: identity messages
     and aggregation, no stopping, no protocol overrides."""
 
-    def __init__(self, defense: DefenseHooks) -> None:
-        self.defense = defense
-        self.per_sample = defense.per_sample
-        self.weighted_per_sample = defense.weighted_per_sample
+    def __init__(self, defense: Any) -> None:
+        from bench.defense.runner import as_hooks
 
-    def bind(self, run: Any) -> None:
-        self.defense.bind(run)
+        self.defense: DefenseHooks = as_hooks(defense)
+        self.per_sample = self.defense.per_sample  # type: ignore[misc]
+        self.weighted_per_sample = self.defense.weighted_per_sample  # type: ignore[misc]
+
+    def bind(self, run: Any, seed: int = 0) -> None:
+        self.defense.bind(run, seed)
+
+    def active_hooks(self) -> frozenset[str]:
+        return self.defense.active_hooks() & TRAINING_HOOKS
 
     def per_sample_gradients(self, grads: torch.Tensor, mask: torch.Tensor, ctx: Any) -> torch.Tensor:
         return self.defense.per_sample_gradients(grads, mask, ctx)

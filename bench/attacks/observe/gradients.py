@@ -165,3 +165,28 @@ def dummy_gradient(
 def parameter_leaves(model: FlatModel, theta: torch.Tensor) -> dict[str, torch.Tensor]:
     """Named parameter tensors of ``theta [P]`` as fresh leaves that require gradients."""
     return {k: v.detach().clone().requires_grad_(True) for k, v in model.unflatten(theta).items()}
+
+
+#: consecutive rounds a window target averages (:func:`window_targets`)
+WINDOW = 2
+
+
+def window_targets(
+    view: View, round_: int, kind: str = "gradient", window: int = WINDOW
+) -> list[GradientTarget]:
+    """Each FedSGD client's uploads of rounds ``t … t + w − 1`` averaged, at the global model of
+    round ``t``: ``ḡ_c = (1/w) Σ_k g_c^(t+k)`` for the clients that uploaded in each of them. A
+    defense's noise that one round adds and the next takes back cancels in ``ḡ_c``; the gradient
+    is taken at ``θ(t)`` only, which is exact for a linear model's one-sample ratio and close for a
+    small learning rate. Raises :class:`AttackError` without a client observed in every round of
+    the window."""
+    first = server_targets(view, round_, kind)
+    later = [{tg.node: tg.grad for tg in server_targets(view, round_ + k, kind)} for k in range(1, window)]
+    out = [
+        GradientTarget(tg.node, round_, tg.theta, (tg.grad + sum(lt[tg.node] for lt in later)) / window)
+        for tg in first
+        if all(tg.node in lt for lt in later)
+    ]
+    if not out:
+        raise AttackError(f"no client uploaded in every round of {round_} … {round_ + window - 1}")
+    return out

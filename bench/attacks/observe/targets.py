@@ -13,6 +13,10 @@ A *source* names how the observed gradients ``g = ∇_θ L(θ; x, y)`` of a roun
   for the victims with ``N(v) ⊆ N(A)``, each at its recomputed ``Θ_v^t``);
 * ``"sybil_difference"`` — two Sybils' secure aggregates differenced into the victim's round-0
   update, then ``(Θ^0 − Θ_v^{½}) / η`` (Pasquini et al. §6.1; :mod:`bench.attacks.model_recovery.sybil`);
+* ``"server_window"`` — each FedSGD client's uploads of rounds ``t`` and ``t + 1`` averaged, at the
+  global model of round ``t`` (:func:`~bench.attacks.observe.gradients.window_targets`): what a
+  server reads over consecutive rounds, so that noise a defense adds in one round and takes back in
+  the next cancels;
 * ``"auto"`` — ``"neighbor_recovery"`` for a ``neighbors`` view, ``"server_gradient"`` otherwise;
 * ``"server_aggregate"``, ``"neighbor_aggregate"`` — the aggregate a FedSGD server or a D-PSGD
   neighbour learns (what secure aggregation leaves visible), one pooled batch over every
@@ -26,12 +30,12 @@ from bench.attacks.model_recovery.sybil import sybil_models
 from bench.attacks.observe.aggregate import AGGREGATE_SOURCES, aggregate_target
 from bench.attacks.observe.common_model import MODEL_KIND, common_model
 from bench.attacks.observe.gradient_recovery import recover_neighbor_gradients
-from bench.attacks.observe.gradients import GradientTarget, knowledge, server_targets
+from bench.attacks.observe.gradients import WINDOW, GradientTarget, knowledge, server_targets, window_targets
 from bench.attacks.observe.system_knowledge import recovery_rounds, victim_models
 from bench.threats import View
 
 #: sources of one gradient per victim node
-NODE_SOURCES = ("auto", "server_gradient", "neighbor_recovery", "sybil_difference")
+NODE_SOURCES = ("auto", "server_gradient", "server_window", "neighbor_recovery", "sybil_difference")
 SOURCES = (*NODE_SOURCES, *AGGREGATE_SOURCES)
 
 
@@ -39,6 +43,7 @@ def source_kinds(source: str) -> tuple[str, ...]:
     """The message kinds a transcript must keep for ``source`` (``"auto"``: those of both)."""
     return {
         "server_gradient": ("gradient", "global_model"),
+        "server_window": ("gradient", "global_model"),
         "neighbor_recovery": (MODEL_KIND,),
         "auto": ("gradient", "global_model", MODEL_KIND),
         "server_aggregate": ("gradient", "global_model"),
@@ -53,6 +58,8 @@ def source_rounds(source: str, rounds: list[int]) -> tuple[int, ...]:
     rounds ``t − 2 … t``: its model is recomputed from round ``t − 1``, whose own messages and
     momentum need the round before)."""
     extra = [t + 1 for t in rounds] if source in (*AGGREGATE_SOURCES, "sybil_difference") else []
+    if source == "server_window":
+        extra = [t + k for t in rounds for k in range(1, WINDOW)]
     if source in ("neighbor_recovery", "auto"):
         extra = [r for t in rounds if t > 0 for r in recovery_rounds(t, momentum=True)]
     return tuple(sorted({*rounds, *extra}))
@@ -71,6 +78,8 @@ def gradient_targets(view: View, round_: int, source: str) -> list[GradientTarge
     from ``view`` as ``source`` says."""
     if source in AGGREGATE_SOURCES:
         return [aggregate_target(view, round_, source)]
+    if source == "server_window":
+        return window_targets(view, round_)
     if resolve_source(view, source) == "server_gradient":
         return server_targets(view, round_)
     if source == "sybil_difference":
@@ -87,3 +96,16 @@ def gradient_targets(view: View, round_: int, source: str) -> list[GradientTarge
         return [GradientTarget(v, round_, theta, g) for v, g in grads.items()]
     models = victim_models(view, round_)  # each victim's own Θ_v^t (case 3)
     return [GradientTarget(v, round_, models[v], g) for v, g in grads.items()]
+
+
+def server_window_params(source: str, threat: str, protocol: str) -> dict[str, str] | None:
+    """``{"source": "server_window"}`` where an attack reading ``source`` on a ``threat`` track
+    of ``protocol`` reads FedSGD uploads (a server or an eavesdropper), else ``None``
+    (:meth:`~bench.attacks.base.Attack.window_params`)."""
+    if (
+        protocol == "fedsgd"
+        and threat in ("server", "eavesdropper")
+        and source in ("auto", "server_gradient")
+    ):
+        return {"source": "server_window"}
+    return None

@@ -61,7 +61,7 @@ def rows(
         note = ""
         if not ranked:
             if bool(rec.get("refused", False)):
-                note = "refused by the channel audit"
+                note = "refused: its defense broke the per-node contract"
             elif str(rec.get("partial") or ""):
                 note = f"partial entry: {rec['partial']}"
             elif int(rec.get("seeds", 0)) < 1:
@@ -96,7 +96,9 @@ def rows(
                 "worst_attack": str(rec.get("worst_attack") or "—"),
                 "utility": _pm(rec.get("utility_mean"), rec.get("utility_std")),
                 "utility_v": _data(rec.get("utility_mean")),
-                "epsilon": format_epsilon(_float(rec.get("epsilon_mean"))),
+                "epsilon": "not verified"
+                if rec.get("epsilon_unverified") and math.isnan(_float(rec.get("epsilon_mean")))
+                else format_epsilon(_float(rec.get("epsilon_mean"))),
                 "epsilon_v": _data(rec.get("epsilon_mean")),
                 "epsilon_delta": "; ".join(
                     t for t in (_delta(rec.get("epsilon_delta")), str(rec.get("epsilon_basis") or "")) if t

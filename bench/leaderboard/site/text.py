@@ -109,7 +109,14 @@ def format_table(df_track: pd.DataFrame, width: int = TABLE_WIDTH) -> str:
                 _pm(m, s) for m, s in zip(df_track["utility_mean"], df_track["utility_std"], strict=True)
             ],
             "floor": [_num(f) for f in df_track["utility_floor"]],
-            "ε": [format_epsilon(x) for x in df_track.get("epsilon_mean", [math.nan] * len(df_track))],
+            "ε": [
+                "not verified" if u and math.isnan(float(x)) else format_epsilon(x)
+                for x, u in zip(
+                    df_track.get("epsilon_mean", [math.nan] * len(df_track)),
+                    df_track.get("epsilon_unverified", [False] * len(df_track)),
+                    strict=True,
+                )
+            ],
             "worst": [keys.get(w, w) for w in worst],
         },
         index=index,

@@ -58,8 +58,8 @@ class Echo(ActivePolicy):
         self.model = require_choice(model, ECHOES, "threat.policy_params.model")
         self.rounds = None if rounds is None else frozenset(int(t) for t in rounds)
 
-    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization) -> None:
-        super().bind(run, flat, normalization)
+    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization, seed: int = 0) -> None:
+        super().bind(run, flat, normalization, seed)
         a = self.nodes[0]
         if self.victim not in self.neighbours(a):
             raise BenchInputError(

@@ -53,18 +53,20 @@ class ActivePolicy(AdversaryPolicy):
         self.run: RunInfo | None = None
         self.flat: FlatModel | None = None
         self.normalization: Normalization = ((0.0,), (1.0,))
+        #: the run's seed (the adversary is bench's code: it is told the seed a defense is not)
+        self.seed = 0
         self.seen: dict[int, dict[int, torch.Tensor]] = {}
         #: ``(member, receiver) -> model`` the coalition delivered in the last round
         self.sent_to: dict[tuple[int, int], torch.Tensor] = {}
 
-    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization) -> None:
+    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization, seed: int = 0) -> None:
         if run.protocol not in self.protocols or run.mixing is None:
             raise BenchInputError(
                 "threat.policy",
                 type(self).__name__,
                 reason=f"active policies act on {', '.join(self.protocols)}; the run is {run.protocol}",
             )
-        self.run, self.flat, self.normalization = run, flat, normalization
+        self.run, self.flat, self.normalization, self.seed = run, flat, normalization, int(seed)
 
     @property
     def mixing(self) -> torch.Tensor:

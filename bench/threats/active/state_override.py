@@ -71,8 +71,8 @@ class StateOverride(ActivePolicy):
         #: ``(round, victim) -> Θ̃`` of the last round forged (diagnostics and tests)
         self.targets: dict[tuple[int, int], torch.Tensor] = {}
 
-    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization) -> None:
-        super().bind(run, flat, normalization)
+    def bind(self, run: RunInfo, flat: FlatModel, normalization: Normalization, seed: int = 0) -> None:
+        super().bind(run, flat, normalization, seed)
         for v in self.victims:
             if not 0 <= v < run.n_nodes or v in self.nodes or not set(self.nodes) & set(self.neighbours(v)):
                 raise BenchInputError(
@@ -84,7 +84,7 @@ class StateOverride(ActivePolicy):
     def target(self, round_: int, v: int, own: torch.Tensor) -> torch.Tensor:
         """``Θ̃`` for victim ``v`` in ``round_`` (``own``: the forging member's own half-step)."""
         assert self.flat is not None and self.run is not None
-        seed = derive_seed(self.run.seed, f"state_override:{v}")  # one payload per victim, every round
+        seed = derive_seed(self.seed, f"state_override:{v}")  # one payload per victim, every round
         if self.payload == "random":
             return self.flat.initial(seed, own.dtype).to(own.device)
         return trap_weights(self.flat, own, seed, self.trap_scale, self.normalization, self.trap_gain)

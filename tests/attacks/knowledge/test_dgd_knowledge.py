@@ -253,7 +253,7 @@ def test_secure_aggregation_hides_messages_but_not_the_aggregate_rows():
     numerically rank-deficient for 60 rounds). A fine fixed-point encoding (2^40) is used: the
     default 2^16 rounds every aggregate by ~1e-5, far above what lr 1e-5 moves a model in a
     round, and the rounding, amplified by the system's conditioning, defeats the attack."""
-    from bench.defense.plugin import build_defense
+    from bench.defense.loading import build_defense
 
     root = REPO
     defense = build_defense("secure_aggregation", {"k": 62, "scale": 2.0**40}, root, None)

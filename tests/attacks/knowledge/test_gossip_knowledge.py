@@ -118,7 +118,7 @@ def test_the_defense_aware_variant_recovers_what_noise_hides_from_the_exact_solv
     worse than the prior: no leakage), while the posterior mean under the declared noise
     (``adapt``) stays close to the values: a small perturbation is not a perfect privacy score.
     Without noise the posterior mean of an identifiable node is its exact value."""
-    from bench.defense.plugin import build_defense
+    from bench.defense.loading import build_defense
     from bench.evaluation.adaptive import with_adaptive
 
     attack = build_attack("gossip_knowledge_matrix", rounds=30)

@@ -93,7 +93,7 @@ class _Stop(DefenseHooks):
         super().__init__()
         self.rounds = rounds
 
-    def should_stop(self, ctx: RoundContext) -> bool:
+    def should_stop(self, ctx: RoundContext, history: object = None) -> bool:
         return ctx.round + 1 >= self.rounds
 
 

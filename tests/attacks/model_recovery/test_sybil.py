@@ -5,7 +5,7 @@ import pytest
 from bench.attacks import AttackError, build_attack
 from bench.attacks.model_recovery.sybil import sybil_models
 from bench.claims.pasquini2023 import fig10_run
-from bench.defense.plugin import build_defense
+from bench.defense.loading import build_defense
 from bench.evaluation.truth import Scorer
 from bench.metrics import build_metric
 from tests.support.bench_root import REPO

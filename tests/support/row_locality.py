@@ -1,20 +1,11 @@
-"""Row-locality of a defense's send-side hooks: node v's output depends on node v's rows only.
+"""Row-locality of the stacked send-side hooks, probed: a test of the harness.
 
-The send-side hooks (``per_sample_gradients`` and its two parts, ``local_gradients``,
-``local_update``, ``outgoing``) run on the stacked rows of all nodes at once, so nothing but
-discipline keeps node ``v``'s output from reading node ``w``'s row — e.g. every client uploading
-the mean of all clients' gradients, which leaves training unchanged and hides each client behind
-an aggregate no protocol computed. The check: on a sample of calls, before the real call, the
-hook runs on a copy of the defense (``copy.deepcopy``: the same parameters, state and random
-generators) with every row but ``v``'s replaced by random values; ``v``'s output must equal the
-real call's. The first call of each hook is checked, the others at a rate drawn with the
-operating system's entropy, so the defense cannot know which call is checked; the copy runs
-*first*, so a real call cannot be replayed into it.
-
-A violation is recorded (:attr:`RowLocality.violations`) and refuses the job, like the channel
-audit (:mod:`bench.evaluation.audit`). What it cannot see: a hook that mixes in another node's data
-from an *earlier* call (kept in the defense's state) gives the copy and the real call the same
-output.
+The harness runs a defense's hooks per node (:mod:`bench.defense.runner`), so node ``v``'s output
+depends on node ``v``'s rows only by construction. This probe checks the construction from the
+outside, as the jobs once did by sampling: before a call, a copy of the hooks (``copy.deepcopy``:
+the runner copies its state, the plugin is frozen) runs the hook with every row but ``v``'s
+replaced by random values, and ``v``'s output must equal the real call's. With ``rate=1`` every
+call is checked (``tests/defenses/test_contract.py`` runs every committed defense so).
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bench.defense.hooks import DefenseHooks, RoundContext, overridden_callables
+from bench.defense.hooks import DefenseHooks, RoundContext
 from bench.simulation.messages import MessageBatch
 
 #: send-side hooks whose leading tensor arguments are ``[n, ...]`` rows of nodes
@@ -55,9 +46,10 @@ class RowLocality:
         self.checked = 0
         self._draw = random.SystemRandom()
         self._wrapped: list[str] = []
-        names = overridden_callables(hooks)
+        active = hooks.active_hooks()
         for name in (*TENSOR_HOOKS, "outgoing"):
-            if name in names:
+            point = "per_sample_gradients" if name in ("sample_weights", "sample_sum") else name
+            if point in active:
                 setattr(hooks, name, self._wrap(name))
                 self._wrapped.append(name)
 
