@@ -139,6 +139,20 @@ def _print_skipped(pairs: list[tuple[str, str, str]], verbose: bool) -> None:
         print("  (each pair: --verbose)")
 
 
+def _print_no_data(catalog: object, no_data: dict[str, BenchInputError], verbose: bool) -> None:
+    """The suite's tasks skipped because their dataset is not on this machine: one line per
+    dataset with its tasks and how to get it (the whole offline message with ``--verbose``)."""
+    by_dataset: dict[str, list[str]] = {}
+    for task in no_data:
+        by_dataset.setdefault(catalog.task(task).simulation.dataset, []).append(task)  # type: ignore[attr-defined]
+    n = len(no_data)
+    print(f"skipping {n} task{'s' * (n != 1)} whose dataset is not on this machine:")
+    for dataset, tasks in sorted(by_dataset.items()):
+        print(f"  {dataset}: {', '.join(tasks)} (`python -m bench data get {dataset}`, or `data import`)")
+        if verbose:
+            print(f"        {no_data[tasks[0]].reason}")
+
+
 @COMMANDS.register("evaluate", "run tasks under defenses, attack them, store, score and rank; write the page")
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bench.evaluation import isolation
@@ -165,6 +179,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     found = Collector()  # every problem of the sweep, reported together before anything runs
     tasks = _unique(args.task or suite.tasks)
     tasks = [t for t in tasks if found.check(lambda t=t: catalog.task(t))]
+    no_data: dict[str, BenchInputError] = {}
+    if not args.task:  # a suite runs the tasks whose data this machine has; named tasks must have it
+        from bench.evaluation.validate import missing_data
+
+        no_data = {t: e for t in tasks if (e := missing_data(catalog.task(t))) is not None}
+        tasks = [t for t in tasks if t not in no_data]
+        if no_data and not tasks:
+            found.errors.extend(no_data.values())
     defenses = []
     for text in _unique(args.defense or []):
 
@@ -225,6 +247,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         found.check(open_store)
     found.raise_if_any()
     assert store is not None
+    if no_data:
+        _print_no_data(catalog, no_data, args.verbose)
     if skipped_pairs:
         _print_skipped(skipped_pairs, args.verbose)
     if args.retry_failed:  # results an earlier run kept are stored first, so that a kept failure reruns too

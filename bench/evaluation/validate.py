@@ -166,6 +166,19 @@ def writable_folder(path: Path, field: str) -> None:
         raise BenchInputError(field, str(path), reason=f"{probe} is not writable")
 
 
+def missing_data(task: TaskSpec) -> BenchInputError | None:
+    """Why ``task``'s real dataset cannot be had on this machine (``None`` when it can): the offline
+    error of :func:`bench.data.manage.require_available`, after trying the packages that ship it."""
+    from bench.data.manage import require_available
+
+    params = task.simulation.dataset_params
+    try:
+        require_available(task.simulation.dataset, params.get("root"))
+    except BenchInputError as exc:
+        return exc
+    return None
+
+
 def validate_tasks(tasks: Iterable[TaskSpec], found: Collector) -> set[str]:
     """Validate each task, collecting its problems in ``found``; returns the names of the tasks
     without problems."""

@@ -1,5 +1,6 @@
 """`python -m bench evaluate`: specs, bad input, failed runs, resume after a kill, the ranking."""
 
+import copy
 import os
 import shutil
 import signal
@@ -313,3 +314,25 @@ def test_every_marker_of_the_terminal_tables_is_explained() -> None:
 
     for marker in ("rank — :", "defense * :", "ε — :", "ε lb ! :"):
         assert marker in TABLE_LEGEND
+
+
+def test_a_suite_runs_the_tasks_whose_data_is_here_and_says_which_it_skipped(tmp_path, capsys, monkeypatch):
+    from bench.data import packaged
+
+    monkeypatch.setitem(packaged.PACKAGED, "mnist", ())  # no package to take MNIST from, no network
+    on_mnist = copy.deepcopy(LOGREG_TASK)
+    on_mnist["name"] = "tiny_on_mnist"
+    on_mnist["simulation"].update(dataset="mnist", dataset_params={"root": str(tmp_path / "no_data")})
+    root = make_root(
+        tmp_path, [LOGREG_TASK, on_mnist], {"quick": {"tasks": ["tiny_on_mnist", "tiny_logreg"], "seeds": 1}}
+    )
+    assert evaluate(root, tmp_path, "--defense", "none") == 0
+    out = capsys.readouterr().out
+    assert "skipping 1 task whose dataset is not on this machine:" in out
+    assert "mnist: tiny_on_mnist (`python -m bench data get mnist`" in out
+    stored = ResultStore(str(tmp_path / "out" / "results.sqlite")).results()
+    assert {r.task for r in stored} == {"tiny_logreg"}
+    # named explicitly, a task without its data is an input error naming the dataset and the remedies
+    assert evaluate(root, tmp_path, "--task", "tiny_on_mnist") == 2
+    err = capsys.readouterr().err
+    assert "dataset" in err and "mnist" in err and "python -m bench data import mnist PATH" in err

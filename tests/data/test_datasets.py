@@ -229,6 +229,9 @@ def test_a_corrupted_file_fails_its_checksum_with_a_clear_error(tmp_path, monkey
 def test_a_missing_dataset_gives_the_offline_error_naming_files_checksums_and_both_remedies(
     tmp_path, monkeypatch
 ):
+    from bench.data import packaged
+
+    monkeypatch.setitem(packaged.PACKAGED, "mnist", ())  # no package ships it (see test_packaged.py)
     with pytest.raises(BenchInputError) as err:
         load_dataset("mnist", root=str(tmp_path))
     msg = str(err.value)
