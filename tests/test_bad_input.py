@@ -465,6 +465,13 @@ def test_a_failing_job_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     assert all(r.status == "ok" for r in results if r.defense == "none")
 
 
+def _sigint_default() -> None:
+    """In the child before exec: Ctrl-C's default action. A shell's background job starts with
+    SIGINT ignored, and an ignored signal stays ignored across exec (Python then installs no
+    KeyboardInterrupt handler), so a test suite run in the background would see no Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(
     tmp_path: Path, jobs: int, delay: float, sig: signal.Signals = signal.SIGINT
 ) -> tuple[subprocess.CompletedProcess, int]:
@@ -479,6 +486,7 @@ def _interrupt(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_sigint_default,
     )
     deadline = time.time() + 180
     while stored_rows(tmp_path) < 1 and time.time() < deadline and proc.poll() is None:
@@ -533,6 +541,7 @@ def test_ctrl_c_during_the_first_job_saves_nothing_and_says_so(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_sigint_default,
     )
     db = tmp_path / "out" / "results.sqlite"
     deadline = time.time() + 180

@@ -15,6 +15,7 @@ hostile plugins, and checks that they get nothing and change no stored score:
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -45,10 +46,10 @@ def test_attacks_cannot_reach_the_simulation_or_private_knowledge(tmp_path):
 def test_in_place_edits_do_not_reach_the_next_attack(tmp_path):
     root = make_root(tmp_path, tiny_task([{"name": "hostile_mutator"}, ANALYTIC]))
     got = outcomes(evaluate(root, tmp_path))
-    assert (
-        got["hostile_mutator"].status == "failed"
-        and "mutated 8 message batches" in got["hostile_mutator"].reason  # 4 rounds: uploads, broadcast
-    )
+    # the view holds the rounds up to the drawn later round's successor (bench.evaluation.rounds):
+    # 3 or 4 of the 4 rounds, each an upload and a broadcast batch
+    mutator = got["hostile_mutator"]
+    assert mutator.status == "failed" and re.search(r"mutated [68] message batches", mutator.reason), mutator
     analytic = got["analytic_logreg"]
     assert analytic.status == "ok" and analytic.leakage > 0.99  # it saw the original, not NaNs
 
