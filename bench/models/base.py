@@ -29,6 +29,7 @@ name              model                                                         
 ``convnet_gn``    the same with GroupNorm                                        yes
 ``vgg11_bn``      VGG-11 (configuration A) with BatchNorm, 32×32                 no
 ``vgg11_gn``      the same with GroupNorm                                        yes
+``vgg_small``     VGG-11's first three stages at quarter width, 28×28 or 32×32    yes
 ``resnet20``      ResNet20 for CIFAR (He et al. 2016), BatchNorm                 no
 ``resnet20_gn``   the same with GroupNorm                                        yes
 ``alexnet_tifs``  AlexNet variant of the TIFS paper's code                       yes

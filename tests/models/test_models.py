@@ -30,6 +30,9 @@ COUNTS = [
     ("vgg11_bn", CIFAR, 10, {}, 9_231_114),
     ("vgg11_gn", CIFAR, 10, {}, 9_231_114),
     ("vgg11_gn", CIFAR, 10, {"hidden": [4096, 4096]}, 28_149_514),
+    ("vgg_small", MNIST, 10, {}, 65_994),  # 160 + 4,640 + 18,496 + 36,928 convs, 5,770 head
+    ("vgg_small", CIFAR, 10, {}, 70_762),
+    ("vgg_small", MNIST, 10, {"norm": "group"}, 66_346),  # + 2·(16 + 32 + 64 + 64) affine
     ("resnet20", CIFAR, 10, {}, 269_722),
     ("resnet20_gn", CIFAR, 10, {}, 269_722),
     ("resnet20", CIFAR, 100, {}, 275_572),
@@ -79,6 +82,8 @@ ENGINE_CASES = [
     ("lenet5", MNIST, 10, {}),
     ("convnet_gn", CIFAR, 10, {}),
     ("vgg11_gn", CIFAR, 10, {}),
+    ("vgg_small", MNIST, 10, {}),
+    ("vgg_small", MNIST, 10, {"norm": "group"}),
     ("resnet20_gn", CIFAR, 10, {}),
     ("alexnet_tifs", CIFAR, 10, {}),
     ("shallow_cnn", CIFAR, 10, {}),
@@ -253,7 +258,12 @@ def test_dlg_initialization_is_reproduced_by_the_engine():
         ("purchase_fc", (600,), {"hidden": "512"}, "model.hidden"),
         ("vgg11_bn", CIFAR, {"hidden": [4096, 0]}, "model.hidden"),
         ("resnet20", CIFAR, {"groups": 2}, "model.groups"),  # BN model: no such parameter
-        ("vgg11_gn", (3, 16, 16), {}, "model.input_shape"),  # five poolings need ≥ 32×32
+        ("vgg11_gn", (3, 16, 16), {}, "model.input_shape"),
+        ("vgg_small", MNIST, {"norm": "batch"}, "model.norm"),
+        ("vgg_small", MNIST, {"norm": "group", "groups": 5}, "model.groups"),
+        ("vgg_small", MNIST, {"cfg": ["M", 0]}, "model.cfg"),
+        ("vgg_small", MNIST, {"cfg": ["M"]}, "model.cfg"),
+        ("vgg_small", (1, 4, 4), {}, "model.input_shape"),  # three poolings need ≥ 8×8  # five poolings need ≥ 32×32
         ("lenet5", (1, 8, 8), {}, "model.input_shape"),
         ("shallow_cnn", (600,), {}, "model.input_shape"),
         ("alexnet_tifs", (32, 32), {}, "model.input_shape"),
@@ -275,6 +285,7 @@ ZOO = [
     "convnet_gn",
     "vgg11_bn",
     "vgg11_gn",
+    "vgg_small",
     "resnet20",
     "resnet20_gn",
     "alexnet_tifs",
