@@ -63,6 +63,36 @@ class RunDataCache:
         return data
 
 
+class _References:
+    """The central references this process computed, by everything they depend on (the seeded
+    simulation config — data, partition, model, initialization, rounds and batch plan — the
+    loss, the metric and its direction, the learning rates tried): the defenses of a sweep
+    share one per (task, seed) instead of training it again for each. A defense never reaches
+    it: the reference is computed here, in the parent, from the task's data alone. Bounded
+    (LRU)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._items: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[float, float] | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        return None
+
+    def put(self, key: str, value: tuple[float, float]) -> None:
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+_REFERENCES = _References()
+
+
 class Scorer:
     """Ground truth, utility and scores of one job (``cfg``: the seeded config with the
     defense's protocol overrides)."""
@@ -153,17 +183,34 @@ class Scorer:
         (:func:`bench.simulation.reference.central_reference`: the model trained on the pooled
         data from the run's ``Θ⁰`` for the run's step budget), or ``None`` for gossip averaging
         (no model)."""
-        from bench.simulation.reference import CentralData, central_reference, step_budget
+        from bench.simulation import reference as central
+        from bench.simulation.reference import CentralData, step_budget
 
         if self.values_only:
             return None
+        key = json.dumps(
+            [
+                self.cfg.model_dump(mode="json"),
+                self.loss_name,
+                metric,
+                higher_is_better,
+                central.LEARNING_RATES,
+            ],
+            sort_keys=True,
+        )
+        if (known := _REFERENCES.get(key)) is not None:
+            return known
         x, y = self.pooled_train()
         test = self.data.test_set
         dtype = DTYPES[self.cfg.dtype]
         data = CentralData(x.to(dtype), y, test.x.to(dtype), test.y)
         steps = step_budget(self.cfg.rounds, self.plan or BatchPlan(), self.data.node_data.max_local)
         loss = LOSSES.get(self.loss_name, field="loss")
-        return central_reference(self.flat, loss, data, self.cfg.seed, steps, metric, higher_is_better)
+        value = central.central_reference(
+            self.flat, loss, data, self.cfg.seed, steps, metric, higher_is_better
+        )
+        _REFERENCES.put(key, value)
+        return value
 
     def series(self, snapshots: dict[int, dict[str, Any]]) -> dict[str, float]:
         """Per-round series from the states the simulation kept (``round -> {"theta", "global"?}``),

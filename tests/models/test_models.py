@@ -258,12 +258,12 @@ def test_dlg_initialization_is_reproduced_by_the_engine():
         ("purchase_fc", (600,), {"hidden": "512"}, "model.hidden"),
         ("vgg11_bn", CIFAR, {"hidden": [4096, 0]}, "model.hidden"),
         ("resnet20", CIFAR, {"groups": 2}, "model.groups"),  # BN model: no such parameter
-        ("vgg11_gn", (3, 16, 16), {}, "model.input_shape"),
+        ("vgg11_gn", (3, 16, 16), {}, "model.input_shape"),  # five poolings need ≥ 32×32
         ("vgg_small", MNIST, {"norm": "batch"}, "model.norm"),
         ("vgg_small", MNIST, {"norm": "group", "groups": 5}, "model.groups"),
         ("vgg_small", MNIST, {"cfg": ["M", 0]}, "model.cfg"),
         ("vgg_small", MNIST, {"cfg": ["M"]}, "model.cfg"),
-        ("vgg_small", (1, 4, 4), {}, "model.input_shape"),  # three poolings need ≥ 8×8  # five poolings need ≥ 32×32
+        ("vgg_small", (1, 4, 4), {}, "model.input_shape"),  # three poolings need ≥ 8×8
         ("lenet5", (1, 8, 8), {}, "model.input_shape"),
         ("shallow_cnn", (600,), {}, "model.input_shape"),
         ("alexnet_tifs", (32, 32), {}, "model.input_shape"),

@@ -42,6 +42,14 @@ RULE = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _fresh_references(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test trains its references anew (the process keeps the ones it computed)."""
+    import bench.evaluation.truth as truth
+
+    monkeypatch.setattr(truth, "_REFERENCES", truth._References())
+
+
 def _scorer(task: str, seed: int = 0) -> tuple[Scorer, object]:
     spec = Catalog(ROOT).task(task)
     cfg = spec.simulation.model_copy(update={"seed": seed})
@@ -79,6 +87,54 @@ def test_reference_of_a_loss_takes_the_minimum(monkeypatch: pytest.MonkeyPatch) 
         singles.append(scorer.reference("val_loss", False)[0])
     assert best == pytest.approx(min(singles), rel=1e-6)
     assert best < max(singles)  # the grid's rates differ: a maximum would be another value
+
+
+def test_the_defenses_of_a_task_and_seed_share_one_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference is trained once per (seeded config, loss, metric) in a process: a second
+    job of the same task and seed (another defense) gets the same value without training; a
+    change of what the reference depends on (the seed, the rounds) trains it again."""
+    calls: list[int] = []
+    real = reference_mod.central_reference
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reference_mod, "central_reference", counting)
+    first = _scorer("gaussians_logreg_fedsgd")[0].reference("val_acc", True)
+    again = _scorer("gaussians_logreg_fedsgd")[0].reference("val_acc", True)
+    assert again == first and len(calls) == 1
+    _scorer("gaussians_logreg_fedsgd", seed=1)[0].reference("val_acc", True)
+    assert len(calls) == 2
+    spec = Catalog(ROOT).task("gaussians_logreg_fedsgd")
+    cfg = spec.simulation.model_copy(update={"seed": 0, "rounds": 7})
+    shorter = Scorer(cfg, RunDataCache(1).get(cfg)).reference("val_acc", True)
+    assert len(calls) == 3 and shorter is not None
+
+
+def test_a_convolutional_reference_sums_the_rates_losses_one_model_at_a_time() -> None:
+    """For a convolutional model the reference's loss Σ_l L(Θ_l) is formed one rate at a time
+    (no vmap over convolution weights): equal, in float64, to the vmapped form."""
+    import torch
+    from torch.func import vmap
+
+    from bench.models import build_model
+    from bench.simulation.flat import FlatModel
+
+    flat = FlatModel(build_model("lenet_dlg", (1, 12, 12), 10).double())
+    x = torch.randn(9, 1, 12, 12, dtype=torch.float64)
+    y = torch.randint(0, 10, (9,))
+    data = reference_mod.CentralData(x, y, x, y)
+    loss = lambda out, t: torch.nn.functional.cross_entropy(out, t, reduction="none")  # noqa: E731
+    module = reference_mod._CentralModule(flat, loss, flat.initial(0, torch.float64), data, 3)
+    assert module.convolutional
+    with torch.no_grad():
+        for i, p in enumerate(module.theta):
+            p.add_(0.01 * i)
+    stacked = torch.stack(list(module.theta))
+    out = vmap(flat.forward, in_dims=(0, None))(stacked, x)
+    want = sum(loss(o, y).mean() for o in out)
+    assert float(module._loss()) == pytest.approx(float(want), rel=1e-12)
 
 
 def test_gossip_averaging_has_no_reference() -> None:
