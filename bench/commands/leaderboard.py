@@ -79,8 +79,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         raise BenchInputError(
             "--claims", args.claims, reason="no such file (write it with python -m bench reproduce --json)"
         )
-    order = [t for s in catalog.suites().values() for t in s.tasks]  # the suites' headline order
-    page = files.build(paths, site, tasks, claims if claims.is_file() else None, order)
+    suites = files.page_suites(catalog.suites())
+    order = [t for s in suites.values() for t in s["tasks"]]  # the suites' headline order
+    page = files.build(paths, site, tasks, claims if claims.is_file() else None, order, suites)
     print(f"page: {page}")
     return 0
 

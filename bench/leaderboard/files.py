@@ -388,10 +388,13 @@ def build(
     tasks: dict[str, object],
     claims: Path | None = None,
     order: list[str] | None = None,
+    suites: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
     """The page from the entries alone (no store): the same tables and figures as ``evaluate``,
     and the claims report of ``python -m bench reproduce --json`` when ``claims`` is given;
-    ``order``: the headline order of the tasks (the suites' ``tasks``)."""
+    ``order``: the headline order of the tasks (the suites' ``tasks``); ``suites``: ``name ->
+    {"description", "tasks"}`` of the suites, a page section each (:func:`page_suites` orders
+    them: real data first)."""
     from bench.claims.report import load_json
     from bench.leaderboard.ranking import entry_table, superseded_versions, tables_by_track
     from bench.leaderboard.site import write_site
@@ -400,10 +403,10 @@ def build(
 
     entries = validate(paths)
     results = [r for e in entries for r in jobs_of(e)]
-    suites = sorted({e.suite.name for e in entries})
+    names = sorted({e.suite.name for e in entries})
     commits = sorted({e.bench.commit[:12] for e in entries if e.bench.commit})
     meta = {
-        "suite": ", ".join(suites),
+        "suite": ", ".join(names),
         "entries": len(entries),
         "jobs": len(results),
         "commit": ", ".join(commits),
@@ -423,4 +426,24 @@ def build(
         membership=membership_figures(results),
         claims=None if claims is None else load_json(claims),
         order=order or (),
+        suites=suites,
     )
+
+
+#: the suites' order on the page: real data first, then the CPU-sized quick suite; any other
+#: suite follows in alphabetical order
+SUITE_PAGE_ORDER = ("real", "quick")
+
+
+def page_suites(suites: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``name -> {"description", "tasks"}`` of the catalog's ``suites`` (name -> Suite) in
+    :data:`SUITE_PAGE_ORDER`."""
+
+    def place(name: str) -> tuple[int, str]:
+        known = SUITE_PAGE_ORDER.index(name) if name in SUITE_PAGE_ORDER else len(SUITE_PAGE_ORDER)
+        return (known, name)
+
+    return {
+        name: {"description": suites[name].description, "tasks": list(suites[name].tasks)}
+        for name in sorted(suites, key=place)
+    }

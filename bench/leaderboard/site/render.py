@@ -81,7 +81,14 @@ def _script() -> tuple[str, str]:
 
 
 def _anchor(track: str, used: set[str]) -> str:
-    base = "track-" + (re.sub(r"[^a-z0-9]+", "-", track.lower()).strip("-") or "x")
+    return _unique("track-" + _slug(track), used)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+def _unique(base: str, used: set[str]) -> str:
     anchor, n = base, 1
     while anchor in used:
         n += 1
@@ -107,7 +114,10 @@ def _meta_items(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _filters(tracks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     defenses = sorted({r["defense"] for t in tracks for r in t["rows"]})
+    suites = list(dict.fromkeys(t["suite"] for t in tracks if t["suite"]))
+    by_suite = [{"key": "suite", "label": "Suite", "choices": suites}] if len(suites) > 1 else []
     return [
+        *by_suite,
         {"key": "protocol", "label": "Protocol", "choices": sorted({t["protocol"] for t in tracks})},
         {"key": "threat", "label": "Threat model", "choices": sorted({t["threat"] for t in tracks})},
         {
@@ -119,13 +129,24 @@ def _filters(tracks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _track_order(track: str, df: pd.DataFrame, order: list[str]) -> tuple[bool, bool, int, str]:
-    """Sort key of a track: passive before active, ranked before unranked, then the headline
-    order of its task, then its name."""
+def suite_of(task: str, suites: Mapping[str, Mapping[str, Any]]) -> str:
+    """The first of ``suites`` (in page order) whose ``tasks`` hold ``task``; ``""`` for none."""
+    return next((name for name, s in suites.items() if task in s.get("tasks", ())), "")
+
+
+def _track_order(
+    track: str, df: pd.DataFrame, order: list[str], suites: Mapping[str, Mapping[str, Any]]
+) -> tuple[int, bool, bool, int, str]:
+    """Sort key of a track: its suite's place on the page (tracks of no listed suite last),
+    then passive before active, ranked before unranked, then the headline order of its task,
+    then its name."""
     task = _first(df, "task", track.split("/", 1)[0])
     active = _first(df, "threat", track.split("/", 1)[-1]) == ACTIVE_THREAT
     ranked = _first(df, "track_status", RANKED) == RANKED
-    return (active, not ranked, order.index(task) if task in order else len(order), track)
+    names = list(suites)
+    suite = suite_of(task, suites)
+    place = names.index(suite) if suite else len(names)
+    return (place, active, not ranked, order.index(task) if task in order else len(order), track)
 
 
 def _plot(df: pd.DataFrame, track: str, front: list[str], metric: str, plots: bool) -> Markup | None:
@@ -149,6 +170,7 @@ def render_index(
     membership: Mapping[str, Any] | None = None,
     claims: Mapping[str, Any] | None = None,
     order: Sequence[str] = (),
+    suites: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """Render the leaderboard page.
 
@@ -183,6 +205,10 @@ def render_index(
         The headline order of the tasks (a suite's ``tasks``): ranked tracks come first in this
         order, then the unranked ones (attack-only, below the reference), then the active ones;
         tasks not listed follow alphabetically within each group.
+    suites:
+        ``suite name -> {"description", "tasks"}`` in page order: the tracks are shown in a
+        section per suite (the first suite listing a track's task), in this order, each headed
+        by the suite's name and description, with a suite filter when there are several.
 
     Returns
     -------
@@ -192,10 +218,12 @@ def render_index(
     """
     used: set[str] = set()
     tracks = []
+    suites = suites or {}
     facets = track_facets({str(t): track_attacks(df, t) for t, df in tables.items()}, tasks)
-    ordered = sorted(tables.items(), key=lambda kv: _track_order(str(kv[0]), kv[1], list(order)))
+    ordered = sorted(tables.items(), key=lambda kv: _track_order(str(kv[0]), kv[1], list(order), suites))
     for track, df in ordered:
         attacks = track_attacks(df, track)
+        suite = suite_of(_first(df, "task", str(track).split("/", 1)[0]), suites)
         front = pareto_front(df) if len(df) else []
         metric = _first(df, "utility_metric", "utility") or "utility"
         tracks.append(
@@ -234,8 +262,11 @@ def render_index(
                     if (str(track), str(d)) in (gallery or {})
                 ],
                 "active": _first(df, "threat", str(track).split("/", 1)[-1]) == ACTIVE_THREAT,
+                "suite": suite,
+                "suite_description": str(suites.get(suite, {}).get("description", "")).strip(),
             }
         )
+    _headings(tracks, used)
     script, script_hash = _script()
     template = _environment().get_template(TEMPLATE)
     ranked = [(t["track"], t["anchor"], tables[t["track"]]) for t in tracks if t["status"] == RANKED]
@@ -251,6 +282,18 @@ def render_index(
         script_hash=script_hash,
         claims=_claims(claims),
     )
+
+
+def _headings(tracks: list[dict[str, Any]], used: set[str]) -> None:
+    """Mark where a suite's section starts (``suite_anchor``) and where the active tracks of a
+    section start (``active_anchor``: ``active-adversaries``, suffixed for a second suite)."""
+    previous: dict[str, Any] | None = None
+    for t in tracks:
+        new_suite = bool(t["suite"]) and (previous is None or previous["suite"] != t["suite"])
+        t["suite_anchor"] = _unique(f"suite-{_slug(t['suite'])}", used) if new_suite else None
+        starts = t["active"] and (previous is None or not previous["active"] or new_suite)
+        t["active_anchor"] = _unique("active-adversaries", used) if starts else None
+        previous = t
 
 
 def _claims(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -293,6 +336,7 @@ def write_site(
     membership: Mapping[str, Any] | None = None,
     claims: Mapping[str, Any] | None = None,
     order: Sequence[str] = (),
+    suites: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write the leaderboard page to ``out_dir/index.html`` and one page per entry.
 
@@ -309,7 +353,7 @@ def write_site(
         ``(track, defense label) -> (PNG, attack, seed)``: the worst-case reconstruction grids
         (:mod:`bench.leaderboard.gallery`), copied to ``images/<sha256[:16]>.png`` (one file per
         content) and shown under each track's plot.
-    membership, claims, order:
+    membership, claims, order, suites:
         As for :func:`render_index`.
 
     Returns
@@ -358,6 +402,7 @@ def write_site(
             membership=membership,
             claims=claims,
             order=order,
+            suites=suites,
         ),
     )
     return target

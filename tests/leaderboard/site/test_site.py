@@ -232,3 +232,46 @@ def test_active_tracks_come_last_under_their_own_heading() -> None:
     active = html.index("Task a_task")
     assert passive < heading < active
     assert "threat not claimed by the defense" in html
+
+
+def test_each_suite_is_a_section_of_its_own_in_page_order() -> None:
+    """With ``suites``, the tracks are grouped a section per suite in the given order (real data
+    first on the committed page: bench.leaderboard.files.page_suites), each headed by the suite's
+    name and description, the active tracks last within their suite, and the filter bar offers
+    the suites; a track of no listed suite comes after every section."""
+    from bench.leaderboard.files import page_suites
+    from bench.spec.schema import SuiteSpec
+
+    jobs = [
+        job("digits_task", "server", "none", 0, {"x": 0.5}, 0.9, None),
+        job("digits_echo", "active", "none", 0, {"x": 0.5}, 0.9, None),
+        job("mnist_task", "server", "none", 0, {"y": 0.5}, 0.9, None),
+        job("mnist_echo", "active", "none", 0, {"y": 0.5}, 0.9, None),
+        job("loose_task", "server", "none", 0, {"z": 0.5}, 0.9, None),
+    ]
+    catalog = {
+        "quick": SuiteSpec(name="quick", description="8×8 <digits>", tasks=["digits_task", "digits_echo"]),
+        "real": SuiteSpec(name="real", description="MNIST", tasks=["mnist_task", "mnist_echo"]),
+    }
+    suites = page_suites(catalog)
+    assert list(suites) == ["real", "quick"]
+    html = render_index(tables_by_track(entry_table(jobs)), {}, suites=suites)
+    at = [
+        html.index(s)
+        for s in (
+            'id="suite-real"',
+            "Task mnist_task",
+            'id="active-adversaries"',
+            "Task mnist_echo",
+            'id="suite-quick"',
+            "Task digits_task",
+            'id="active-adversaries-2"',
+            "Task digits_echo",
+            "Task loose_task",
+        )
+    ]
+    assert at == sorted(at)
+    assert "8×8 &lt;digits&gt;" in html  # the description is escaped text
+    assert 'data-filter="suite"' in html and 'data-suite="real"' in html
+    single = render_index(tables_by_track(entry_table(jobs[:2])), {}, suites={"quick": suites["quick"]})
+    assert 'data-filter="suite"' not in single  # one suite: no suite filter

@@ -59,13 +59,14 @@
     return el ? el.value : "";
   }
   function applyFilters() {
-    var protocol = selected("protocol"), threat = selected("threat");
+    var suite = selected("suite"), protocol = selected("protocol"), threat = selected("threat");
     var family = selected("family"), defense = selected("defense");
     var sections = document.querySelectorAll("section.track");
     var shown = 0;
     Array.prototype.forEach.call(sections, function (section) {
       var families = (section.getAttribute("data-family") || "").split("|");
-      var ok = (!protocol || section.getAttribute("data-protocol") === protocol) &&
+      var ok = (!suite || section.getAttribute("data-suite") === suite) &&
+        (!protocol || section.getAttribute("data-protocol") === protocol) &&
         (!threat || section.getAttribute("data-threat") === threat) &&
         (!family || families.indexOf(family) >= 0);
       var rows = section.querySelectorAll("tbody tr");
