@@ -227,6 +227,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     found.check(lambda: _check_sandbox(bool(args.unsandboxed)))
     store_url = args.store or str(out / "results.sqlite")
     specs = expand_grid(catalog, tasks, defenses, seeds)
+    if args.scale != "full":  # every task of the sweep at that scale, named <task>_<scale>
+        from bench.commands.scale import SCALES
+
+        scaled = {t: SCALES.get(args.scale)(catalog.task(t)) for t in tasks}
+        specs = [s.model_copy(update={"task": scaled[s.task.name]}) for s in specs]
+        tasks = [scaled[t].name for t in tasks]
     valid = validate_tasks({s.task.name: s.task for s in specs}.values(), found)
     specs = [s for s in specs if s.task.name in valid]
     jobs, skipped_pairs = [], []
@@ -317,7 +323,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tasks=by_name,
         images=worst_grids(results, out),
         membership=membership_figures(results),
-        order=list(suite.tasks),
+        order=list(suite.tasks) if args.scale == "full" else tasks,
     )
     failed = sum(r.status == "failed" for r in results)
     print(f"\n{ran} jobs run, {skipped} already in the store, {failed} failed; {wall:.1f} s")
@@ -338,6 +344,13 @@ def add_parser(sub: Any) -> None:
         help="only these defenses, e.g. none, gaussian_noise, gaussian_noise:sigma=0.5",
     )
     p_eval.add_argument("--seeds", type=int, help="number of seeds (default: the suite's)")
+    p_eval.add_argument(
+        "--scale",
+        choices=("full", "smoke"),
+        default="full",
+        help="full: the tasks as written; smoke: every task cut to minutes on a CPU (4 rounds, "
+        "256 samples, 5 attack iterations; same models and nodes), named <task>_smoke, never an entry",
+    )
     p_eval.add_argument("--store", help="results store: an SQLAlchemy URL or a SQLite file path")
     p_eval.add_argument(
         "--out", help="output folder (default: ROOT/runs); the store defaults to OUT/results.sqlite"
