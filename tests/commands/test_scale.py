@@ -21,6 +21,17 @@ def _all_tasks(catalog: Catalog) -> list[str]:
     return sorted({t for s in ("quick", "real", "standard") for t in catalog.suite(s).tasks})
 
 
+def test_the_cli_offers_the_registered_scales():
+    """``--scale``'s choices are written out in the parser (it does not import the schema to
+    start); they must be the registry's."""
+    from bench.cli import build_parser
+    from bench.commands.scale import SCALES
+
+    evaluate = next(a for a in build_parser()._actions if a.dest == "command").choices["evaluate"]
+    scale = next(a for a in evaluate._actions if a.dest == "scale")
+    assert list(scale.choices) == SCALES.names()
+
+
 def test_every_task_scales_to_a_valid_task_with_its_model_nodes_and_attacks():
     catalog = Catalog(bench_root())
     for name in _all_tasks(catalog):
