@@ -102,7 +102,7 @@ def test_classes_without_a_source_file_or_registration_are_refused() -> None:
 
 def test_load_leaderboard_is_the_pages_tables() -> None:
     board = bench.load_leaderboard()
-    assert set(board["suite"]) == {"quick"}
+    assert set(board["suite"]) == {"quick", "real"}
     assert set(board["verification"]) <= {"unverified", "verified", "mismatch"}
     entries = sorted((ROOT / "leaderboard" / "entries" / "quick").glob("*.json"))
     assert board["defense"].nunique() == len(entries)

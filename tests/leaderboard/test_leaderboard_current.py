@@ -18,7 +18,7 @@ ENTRIES = REPO / "leaderboard" / "entries"
 @pytest.fixture(scope="module")
 def quick() -> tuple[dict[str, str], list]:
     """The quick suite's planned jobs and the committed entries (planned once: ~10 s)."""
-    return planned(REPO, "quick"), [files.load_entry(p) for p in files.entry_paths(ENTRIES)]
+    return planned(REPO, "quick"), [files.load_entry(p) for p in files.entry_paths(ENTRIES / "quick")]
 
 
 def test_the_committed_entries_are_this_codes(quick):
