@@ -4,6 +4,7 @@ this project's own machine has no GPU, so these run only on a contributor's or a
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -53,5 +54,5 @@ def test_an_evaluate_job_with_every_trust_check_runs_on_cuda(tmp_path: Path):
                  "--no-progress"])  # fmt: skip
     assert code == 0
     store = sqlite3.connect(tmp_path / "out" / "results.sqlite")
-    ((status,),) = store.execute("select status from jobs").fetchall()
-    assert status == "ok"
+    ((status, provenance),) = store.execute("select status, provenance from jobs").fetchall()
+    assert status == "ok" and json.loads(provenance)["device"].startswith("cuda")

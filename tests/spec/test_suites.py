@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bench.core.params import call_with_params
@@ -17,11 +15,7 @@ def test_every_task_of_a_suite_has_defenses_that_apply_to_it(suite: str):
     root = bench_root()
     catalog = Catalog(root)
     spec = catalog.suite(suite)
-    defenses = [
-        build_defense(d.name, dict(d.params), root, (Path(root) / "defenses" / f"{d.name}.py").read_bytes())
-        for d in spec.defenses
-        if d.name != "none"
-    ]
+    defenses = [build_defense(d.name, dict(d.params), root) for d in spec.defenses if d.name != "none"]
     for name in spec.tasks:
         sim = catalog.task(name).simulation
         protocol = call_with_params(PROTOCOLS, sim.protocol, "protocol", **sim.protocol_params)
