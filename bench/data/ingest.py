@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.core.errors import BenchInputError
+from bench.core.errors import BenchInputError, short_repr
 from bench.data.checksums import (
     CHUNK,
     CORRUPT,
@@ -32,6 +32,20 @@ from bench.data.checksums import (
 )
 from bench.data.files import DataFile, dataset_dir
 from bench.data.sources import get_source
+
+
+class DatasetUnavailable(BenchInputError):
+    """A dataset whose files are neither here nor obtainable (offline, a failed download): not a
+    bad value, so the message says what is missing and how to get it (exit 2 like every input
+    error). ``field`` is ``"dataset"``, ``value`` the dataset's name, ``reason`` what was tried
+    and what to do."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__("dataset", name, reason=reason)
+
+    @property
+    def message(self) -> str:
+        return f"dataset {short_repr(self.value)} is not available here: {self.reason}"
 
 
 def _install(tmp: Path, dest: Path) -> None:
@@ -138,10 +152,9 @@ def download(
             say(f"{spec.name}: {status} -> {dest}")
             break
         else:
-            raise BenchInputError(
-                "dataset",
+            raise DatasetUnavailable(
                 name,
-                reason=(
+                (
                     f"could not download {spec.name}: "
                     + "; ".join(errors or ["no URL"])
                     + ". Without network, obtain the file elsewhere and run "

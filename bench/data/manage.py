@@ -13,6 +13,7 @@ from typing import Any
 from bench.core.errors import BenchInputError
 from bench.data import cache, checksums, ingest, packaged
 from bench.data.files import dataset_dir
+from bench.data.ingest import DatasetUnavailable
 from bench.data.sources import SOURCES, get_source
 
 PathLike = str | os.PathLike[str] | None
@@ -83,7 +84,7 @@ def get(
     raise missing_error(name, root, tried)
 
 
-def missing_error(name: str, root: PathLike = None, tried: list[str] | None = None) -> BenchInputError:
+def missing_error(name: str, root: PathLike = None, tried: list[str] | None = None) -> DatasetUnavailable:
     """The offline error of ``name`` (:func:`bench.data.cache.offline_error`), preceded by what was
     tried and naming the packages that ship the data."""
     base = cache.offline_error(name, root)
@@ -94,7 +95,7 @@ def missing_error(name: str, root: PathLike = None, tried: list[str] | None = No
         else ""
     )
     attempts = f"tried: {'; '.join(tried)}. " if tried else ""
-    return BenchInputError("dataset", name, reason=attempts + base.reason + hint)
+    return DatasetUnavailable(name, attempts + base.reason + hint)
 
 
 def verify(name: str | None = None, root: PathLike = None, system: bool = True) -> list[dict[str, str]]:

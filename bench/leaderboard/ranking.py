@@ -41,7 +41,7 @@ import pandas as pd
 
 from bench.results.privacy import finite as _finite
 from bench.results.privacy import privacy_score
-from bench.results.record import JobResult, epsilon_basis_text, track_id
+from bench.results.record import JobResult, epsilon_basis_text, epsilon_sampling_label, track_id
 from bench.results.reference import RANKED, apply_gates
 from bench.results.versions import split_versions, superseded_versions
 
@@ -80,6 +80,7 @@ BASE_COLUMNS: tuple[str, ...] = (
     "epsilon_mean",
     "epsilon_delta",
     "epsilon_basis",
+    "epsilon_sampling",
     "epsilon_lb",
     "epsilon_exceeded",
     "epsilon_unverified",
@@ -143,6 +144,8 @@ class _RankedEntry:  # a row of entry_table while it is gathered: a defense's jo
     deltas: list[float] = field(default_factory=list)
     #: how the jobs' ε were accounted (:func:`epsilon_basis_text` of each), in first-seen order
     bases: dict[str, None] = field(default_factory=dict)
+    #: the subsampling each ε rests on (:func:`epsilon_sampling_label`), in first-seen order
+    samplings: dict[str, None] = field(default_factory=dict)
     epsilon_lb: list[float] = field(default_factory=list)
     claimed: bool = True
     #: a job of the entry was refused (its defense broke the per-node contract)
@@ -176,8 +179,10 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         deviations, the floor and metric, ``epsilon_mean`` (the mean verified ε over successful
         seeds; NaN without a guarantee or where the defense does not claim the track's threat
         model, ``inf`` for ε = ∞), ``epsilon_delta``, ``epsilon_basis``
-        (:func:`epsilon_basis_text`), ``epsilon_lb`` (the track's membership attacks' empirical ε
-        lower bound, :mod:`bench.attacks.membership.epsilon`), ``epsilon_exceeded`` (the bound
+        (:func:`epsilon_basis_text`), ``epsilon_sampling`` (the subsampling the ε rests on,
+        :func:`epsilon_sampling_label`: Poisson, fixed-size, full batch, epochs, no subsampling),
+        ``epsilon_lb`` (the track's membership attacks' empirical ε lower bound,
+        :mod:`bench.attacks.membership.epsilon`), ``epsilon_exceeded`` (the bound
         refutes the ε), ``epsilon_unverified`` (a job claimed an ε the harness did not verify),
         ``seeds``, ``failed``, ``last_failure`` (the most recent failed job's reason),
         ``runtime_mean``, one ``leakage:<attack>`` column per attack and variant, ``worst_attack``,
@@ -234,6 +239,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
                 e.epsilon.append(dp[0])
                 e.deltas += [dp[1]] if dp[1] is not None else []
                 e.bases[epsilon_basis_text(r.epsilon_basis)] = None
+                e.samplings[epsilon_sampling_label(r.epsilon_basis)] = None
             p = _job_privacy(r, threat)
             if p is not None:
                 e.privacy.append(p)
@@ -269,6 +275,7 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
             "epsilon_mean": _mean(e.epsilon) if e.claimed else math.nan,
             "epsilon_delta": max(e.deltas, default=math.nan) if e.claimed else math.nan,
             "epsilon_basis": " | ".join(b for b in e.bases if b) if e.claimed else "",
+            "epsilon_sampling": " | ".join(b for b in e.samplings if b) if e.claimed else "",
             "epsilon_lb": _mean(e.epsilon_lb),
             "epsilon_exceeded": bool(
                 e.claimed and e.epsilon and e.epsilon_lb and _mean(e.epsilon_lb) > _mean(e.epsilon)

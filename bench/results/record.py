@@ -225,3 +225,23 @@ def epsilon_basis_text(basis: dict[str, str]) -> str:
         else:
             parts.append(drawn + (f", accounted as {assumed}" if assumed not in drawn else ""))
     return "; ".join(parts)
+
+
+#: :func:`epsilon_sampling_label` by what the accountant assumed
+SAMPLING_LABELS = {"poisson": "Poisson", "without replacement": "fixed-size"}
+
+
+def epsilon_sampling_label(basis: dict[str, str]) -> str:
+    """The subsampling an ε rests on, in a word for the page: ``"Poisson"`` (Opacus's RDP/PRV
+    analysis of Poisson sampling, add/remove), ``"fixed-size"`` (minibatches or clients drawn
+    without replacement: the bound for sampling without replacement, replace one), and where the
+    accountant assumed none (``q = 1``, no amplification by sampling) ``"full batch"``,
+    ``"epochs"`` (each sample once per epoch) or ``"no subsampling"`` (every client or node in
+    every round); ``""`` when none was reported."""
+    assumed = basis.get("sampling_accounted", "")
+    if assumed in SAMPLING_LABELS:
+        return SAMPLING_LABELS[assumed]
+    drawn = basis.get("sampling_scheme", "")
+    if not drawn and not assumed:
+        return ""
+    return {"full batch": "full batch", "shuffled epochs": "epochs"}.get(drawn, "no subsampling")

@@ -554,8 +554,11 @@ def test_a_download_that_fails_its_checksum_is_deleted(tmp_path, monkeypatch, se
             SOURCES["adult"], layouts=(Layout("files", (DataFile("adult.data", urls=(base + "/no",)),)),)
         ),
     )
-    with pytest.raises(BenchInputError, match=r"could not download adult\.data.*data import adult"):
+    with pytest.raises(BenchInputError, match=r"could not download adult\.data.*data import adult") as err:
         manage.download("adult", root=tmp_path / "cache")
+    # a failed download is no bad value: the message says the dataset is not available here
+    assert str(err.value).startswith("dataset 'adult' is not available here: could not download")
+    assert "invalid value" not in str(err.value) and err.value.field == "dataset"
 
 
 # --- the ``data`` command --------------------------------------------------------------------------

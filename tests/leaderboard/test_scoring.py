@@ -188,6 +188,33 @@ def test_an_infinite_epsilon_is_kept_and_shown_as_such() -> None:
     assert format_epsilon(eps) == "∞" and format_epsilon(math.nan) == "—" and format_epsilon(7.8312) == "7.83"
 
 
+@pytest.mark.parametrize(
+    ("scheme", "assumed", "label"),
+    [
+        ("poisson", "poisson", "Poisson"),
+        ("fixed-size without replacement", "without replacement", "fixed-size"),
+        ("full batch", "none", "full batch"),
+        ("shuffled epochs", "none", "epochs"),
+        ("every client", "none", "no subsampling"),
+        ("every node in every round", "none (q = 1)", "no subsampling"),
+    ],
+)
+def test_the_page_says_which_subsampling_each_epsilon_rests_on(scheme: str, assumed: str, label: str) -> None:
+    """The ε's basis in a word beside it: Poisson (Opacus's analysis) against the looser bound of
+    fixed-size minibatches and the cases without amplification by sampling."""
+    from bench.leaderboard.site.cells import rows
+
+    accounting = {"epsilon": 3.0, "delta": 1e-5, "accountant": "rdp", "relation": "add/remove one sample"}
+    accounting |= {"sampling_scheme": scheme, "sampling_accounted": assumed}
+    r = job("t", "server", "dp_sgd(noise_multiplier=1)", 0, {"a": 0.5}, 0.9, None, accounting=accounting)
+    df = entry_table([r])
+    assert list(df["epsilon_sampling"]) == [label]
+    (cells,) = rows(df, ["a"], set())
+    assert cells["epsilon_sampling"] == label and cells["epsilon"] == format_epsilon(3.0)
+    r = job("t", "server", "noise", 0, {"a": 0.5}, 0.9, None)
+    assert list(entry_table([r])["epsilon_sampling"]) == [""]
+
+
 def test_format_table(table: pd.DataFrame) -> None:
     text = format_table(tables_by_track(table)["img/server"])
     lines = text.splitlines()

@@ -100,6 +100,9 @@ def rows(
                 if rec.get("epsilon_unverified") and math.isnan(_float(rec.get("epsilon_mean")))
                 else format_epsilon(_float(rec.get("epsilon_mean"))),
                 "epsilon_v": _data(rec.get("epsilon_mean")),
+                "epsilon_sampling": str(rec.get("epsilon_sampling") or "")
+                if math.isfinite(_float(rec.get("epsilon_mean")))
+                else "",
                 "epsilon_delta": "; ".join(
                     t for t in (_delta(rec.get("epsilon_delta")), str(rec.get("epsilon_basis") or "")) if t
                 ),

@@ -133,7 +133,8 @@ def test_cells(page: str, tables: dict[str, pd.DataFrame]) -> None:
     assert by_defense["none"][6] == "0.800"  # mean leakage of inv, 3 decimals
     # mean ε; its δ and how it was accounted
     basis = "at δ = 1e-05; rdp; add/remove one sample; full batch, accounted as poisson"
-    assert by_defense["dp(eps=1)"][5] == "1" and f'title="{basis}"' in page
+    assert by_defense["dp(eps=1)"][5] == "1Poisson" and f'title="{basis}"' in page  # ε, its sampling
+    assert '1<span class="basis">Poisson</span>' in page
     assert by_defense["none"][5] == by_defense["noise"][5] == "—"  # no DP guarantee
     assert by_defense[EVIL][0] == "1"  # the evil defense is just a label (privacy 0.7: ranked first)
     assert by_defense[EVIL][2] == "0.700 ± 0.000"
