@@ -69,6 +69,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         return 0
     if args.action == "verify":
         return _verify(args, paths, root, entries)
+    if args.action == "gallery":
+        return _gallery(args, paths, root)
     if args.action == "current":
         return _current(args, paths, root)
     catalog = Catalog(root)
@@ -205,20 +207,55 @@ def _verify(args: argparse.Namespace, paths: list[Path], root: Path, entries: Pa
     return 1 if failed else 0
 
 
+def _gallery(args: argparse.Namespace, paths: list[Path], root: Path) -> int:
+    """``gallery``: the missing galleries of the entries, from reproduced re-runs of their worst
+    cases (:mod:`bench.leaderboard.gallery_fill`); an entry is rewritten only when one is added."""
+    from bench.leaderboard import files
+    from bench.leaderboard.gallery_fill import fill
+
+    tolerance = args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE
+    if not args.entry and not args.changed_since:  # the suite's folder of entries
+        paths = [p for p in paths if p.parent.name == args.suite]
+    checked = files.validate(paths)
+    failed = 0
+    for path, entry in zip(paths, checked, strict=True):
+        new, report = fill(
+            entry, path.parent, root, tracks=args.task, parallel=args.jobs, tolerance=tolerance
+        )
+        if report.added:
+            files.write_entry(path, new)
+        print(f"{path.name}: {len(report.added)} galleries added")
+        for track in report.added:
+            print(f"  + {track}")
+        for line in report.mismatches:
+            print(f"  not reproduced, no gallery taken: {line}")
+        for track in report.missing:
+            print(f"  still no gallery: {track}")
+        failed += bool(report.mismatches)
+    return 1 if failed else 0
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("leaderboard", help="export, validate and build the committed leaderboard entries")
     p.add_argument(
         "action",
-        choices=("export", "validate", "verify", "current", "build", "schema"),
+        choices=("export", "validate", "verify", "gallery", "current", "build", "schema"),
         help="export (store → entries), validate (schema + recomputed numbers), verify (re-run one seed "
-        "of each task and compare), current (exit 1 unless the suite's jobs planned with this code "
-        "have exactly the entries' job keys, on this kind of machine), build (entries → page), "
-        "schema (rewrite the committed JSON schema)",
+        "of each task and compare), gallery (add the missing reconstruction galleries: re-run each "
+        "image track's worst-case job, as verify does, and take its grid if it reproduces), current "
+        "(exit 1 unless the suite's jobs planned with this code have exactly the entries' job keys, "
+        "on this kind of machine), build (entries → page), schema (rewrite the committed JSON schema)",
     )
     p.add_argument(
-        "--suite", default="quick", help="export, current: the suite whose tasks the entries cover"
+        "--suite",
+        default="quick",
+        help="export, current, gallery: the suite whose tasks the entries cover",
     )
-    p.add_argument("--task", action="append", help="export: only these tasks (default: the suite's)")
+    p.add_argument(
+        "--task",
+        action="append",
+        help="export: only these tasks (default: the suite's); gallery: only these tracks (task/threat)",
+    )
     p.add_argument("--store", help="export: results store URL (default: runs/results.sqlite)")
     p.add_argument(
         "--out",
@@ -235,7 +272,7 @@ def add_parser(sub: Any) -> None:
         "is recorded as <sha>+uncommitted). Not for committed entries",
     )
     p.add_argument(
-        "--entry", action="append", help="validate/verify/build: only this entry file (repeatable)"
+        "--entry", action="append", help="validate/verify/gallery/build: only this entry file (repeatable)"
     )
     p.add_argument(
         "--changed-since",
@@ -248,7 +285,7 @@ def add_parser(sub: Any) -> None:
         type=float,
         help=f"verify: allowed difference, relative to max(1, |stated|) (default {DEFAULT_TOLERANCE:g})",
     )
-    p.add_argument("--jobs", type=int, default=1, help="verify: jobs run in parallel (default 1)")
+    p.add_argument("--jobs", type=int, default=1, help="verify, gallery: jobs run in parallel (default 1)")
     p.add_argument(
         "--record", action="store_true", help="verify: write the verification status into verified entries"
     )

@@ -62,6 +62,11 @@ def entry_text(entry: Entry) -> str:
     return json.dumps(entry.model_dump(mode="json"), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
+def write_entry(path: Path, entry: Entry) -> None:
+    """Write ``entry`` to ``path`` as committed (:func:`entry_text`), atomically."""
+    _write(path, entry_text(entry))
+
+
 def _defense_info(first: JobResult, label: str, declarations: dict[str, dict[str, Any]]) -> DefenseInfo:
     code = first.provenance.get("code") or {}
     declared = declarations.get(first.defense_name) or {}

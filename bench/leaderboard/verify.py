@@ -45,6 +45,7 @@ from bench.leaderboard.entry import Entry, JobSummary
 
 if TYPE_CHECKING:
     from bench.evaluation.job import Job
+    from bench.results.record import JobResult
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -52,6 +53,7 @@ __all__ = [
     "VerifyReport",
     "chosen_jobs",
     "compare_jobs",
+    "rerun_jobs",
     "same_hardware",
     "same_jobs",
     "same_numeric_hardware",
@@ -200,6 +202,23 @@ def verify_entry(
     parallel: int = 1,
 ) -> VerifyReport:
     """Re-run the chosen jobs of ``entry`` with the code under ``root`` and compare."""
+    report, _ = rerun_jobs(entry, chosen_jobs(entry, all_seeds), root, tolerance=tolerance, parallel=parallel)
+    return report
+
+
+def rerun_jobs(
+    entry: Entry,
+    chosen: list[JobSummary],
+    root: Path,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    parallel: int = 1,
+    out_dir: Path | None = None,
+) -> tuple[VerifyReport, dict[str, JobResult]]:
+    """Re-run the jobs ``chosen`` of ``entry`` (each with its recorded drawn rounds and thread
+    count) with the code under ``root``, in a temporary store, and compare each with the
+    entry's summary; also the re-run results by job key. ``out_dir``: where the jobs write their
+    reconstruction grids (``evaluate --out``)."""
     from bench.core.errors import BenchInputError
     from bench.evaluation.grid import plan_jobs, run_grid
     from bench.results.store import ResultStore
@@ -213,7 +232,6 @@ def verify_entry(
         raise BenchInputError(
             "defense.label", entry.defense.label, reason=f"its parameters give {defense.label}"
         )
-    chosen = chosen_jobs(entry, all_seeds)
     specs = [RunSpec(task=catalog.task(j.task), defense=defense, seed=j.seed) for j in chosen]
     jobs, skipped = plan_jobs(specs, root, [defense])
     by_run = {(j.spec.task.name, j.spec.seed): j for j in jobs}
@@ -233,14 +251,16 @@ def verify_entry(
                 job.later = tuple(stated.attacked_rounds)
             runnable.append((stated, job))
     if not runnable:
-        return report
+        return report, {}
     groups: dict[int, list[Job]] = {}
     for stated, job in runnable:  # the threads each job ran with: the last bits depend on them
         groups.setdefault(stated.threads or 1, []).append(job)
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         with ResultStore(str(Path(tmp) / "results.sqlite")) as store:
             for threads, group in sorted(groups.items()):
-                run_grid(group, store, root, parallel=parallel, progress=False, threads=threads)
+                run_grid(
+                    group, store, root, parallel=parallel, progress=False, threads=threads, out_dir=out_dir
+                )
             results = {r.key: r for r in store.results()}
     for stated, job in runnable:
         report.rerun.append((stated.task, stated.seed))
@@ -253,4 +273,4 @@ def verify_entry(
             report.mismatches.append(f"{stated.task} seed {stated.seed}: the re-run stored no result")
             continue
         report.mismatches += compare_jobs(stated, summarize(result), tolerance)
-    return report
+    return report, results

@@ -69,6 +69,39 @@ def test_verify_reproduces_an_exported_entry(entry_file: Path) -> None:
 
 
 @pytest.mark.slow  # needs entry_file (a real sweep)
+def test_gallery_takes_back_the_worst_case_grids_from_reproduced_reruns(
+    entry_file: Path, tmp_path: Path
+) -> None:
+    """The entry with its galleries lost: ``leaderboard gallery`` re-runs each image track's
+    worst-case job (the synthetic Gaussians are no images) and takes back the same grid — same
+    attack, seed and bytes; a second run has nothing to add. With the worst case's numbers
+    forged (aggregates kept consistent), the re-run does not reproduce them and no grid is
+    taken."""
+    entry = Entry.model_validate_json(entry_file.read_text())
+    want = {t: (g.attack, g.seed, g.sha256) for t, g in entry.galleries.items()}
+    assert set(want) == {"digits_mlp_fedsgd/server"}
+    bare = entry.model_copy(update={"galleries": {}})
+    target = copy_to(tmp_path, entry_text(bare))
+    out = bench("leaderboard", "gallery", "--entry", str(target))
+    assert out.returncode == 0, out.stdout + out.stderr
+    again = load_entry(target)
+    assert {t: (g.attack, g.seed, g.sha256) for t, g in again.galleries.items()} == want
+    assert bench("leaderboard", "validate", "--entry", str(target)).returncode == 0
+    assert "0 galleries added" in bench("leaderboard", "gallery", "--entry", str(target)).stdout
+
+    ((track, (_, seed, _)),) = want.items()
+    job = next(j for j in bare.jobs if j.task == track.split("/")[0] and j.seed == seed)
+    job.utility = (job.utility or 0.0) + 0.01
+    bare.tracks = tracks_of(jobs_of(bare))
+    forged = tmp_path / "forged" / "entries" / "quick" / "edited.json"
+    forged.parent.mkdir(parents=True)
+    forged.write_text(entry_text(bare))
+    out = bench("leaderboard", "gallery", "--entry", str(forged))
+    assert out.returncode == 1 and "not reproduced, no gallery taken" in out.stdout, out.stdout
+    assert f"still no gallery: {track}" in out.stdout and not load_entry(forged).galleries
+
+
+@pytest.mark.slow  # needs entry_file (a real sweep)
 def test_a_hand_edited_number_fails(entry_file: Path, tmp_path: Path) -> None:
     """One per-seed number edited: validate's recomputed aggregates disagree (exit 2). Edited
     together with the aggregates it feeds: the re-run disagrees (exit 1), naming both numbers."""
