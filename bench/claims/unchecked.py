@@ -141,12 +141,16 @@ unchecked(
 unchecked(
     "xu2021:fig1b",
     "The mapping loss falls as the FL batch size grows (Adult).",
-    "needs the Adult dataset, absent here",
+    "not checked yet: the Adult data are available (`python -m bench data get adult`; task "
+    "adult_logreg_fedavg has the paper's PhD-by-age clients), but no check sweeps the FL batch "
+    "size; the paper gives the values only as a plot",
 )
 unchecked(
     "xu2021:fig1c",
     "The decoded model beats the last returned model on the PhD clients (Adult).",
-    "needs the Adult dataset, absent here",
+    "not checked yet: the Adult data are available (`python -m bench data get adult`; task "
+    "adult_logreg_fedavg has the paper's PhD-by-age clients), but the paper does not say on which "
+    "test data it measures, and no check is written; the paper gives the values only as a plot",
 )
 unchecked("xu2021:fig1a", "Reconstruction gains are largest on outlying clients.", FIGURE.format("Fig. 1a"))
 unchecked(
