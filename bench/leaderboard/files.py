@@ -1,10 +1,9 @@
 """Export (store → entry files), validate (schema + consistency) and build (entries → page).
 
-An entry is a citable record: its defense's ``source`` (the paper it implements, or
-``original``) and ``description`` (its plain-text summary) are what the plugin declares
-(:mod:`bench.defense.sources`), read in a sandboxed child process (:func:`declared_isolated`: the
-harness never imports defense code itself); ``export`` and ``validate`` refuse an undeclared
-source or a summary that is not plain sentences (:func:`declaration_problems`).
+An entry is a citable record: its defense's ``source`` (the paper it implements, or ``original``)
+and ``description`` (its plain summary) are what the plugin declares (:mod:`bench.defense.sources`),
+read in a sandboxed child (:func:`declared_isolated`: the harness never imports defense code);
+``export`` and ``validate`` refuse an undeclared source or a summary that is not plain sentences.
 """
 
 from __future__ import annotations
@@ -62,8 +61,7 @@ def entry_text(entry: Entry) -> str:
     return json.dumps(entry.model_dump(mode="json"), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
-def write_entry(path: Path, entry: Entry) -> None:
-    """Write ``entry`` to ``path`` as committed (:func:`entry_text`), atomically."""
+def write_entry(path: Path, entry: Entry) -> None:  # as committed (entry_text), atomically
     _write(path, entry_text(entry))
 
 
@@ -128,8 +126,7 @@ def export(
     """Write ``folder/<suite>/<defense-id>.json`` for every defense label; returns the paths written.
 
     ``expected`` gives each entry's ``suite.expected`` (what the suite plans for its defense:
-    :func:`bench.leaderboard.coverage.expected_jobs`); without it the entries record none (and
-    are shown as partial).
+    :func:`bench.leaderboard.coverage.expected_jobs`); without it none (shown as partial).
 
     With ``require_declared`` (unless ``--allow-uncommitted``) nothing is written while an entry
     has a :func:`declaration_problems` problem: an input error names each defense and what it lacks.
@@ -137,10 +134,9 @@ def export(
     An existing entry whose results the new one reproduces (:func:`~bench.leaderboard.verify.
     same_results`: the same jobs, every number within the verify tolerance) is left as it is, so
     re-running the suite and exporting again changes no file and no page (only the run's date,
-    runtimes and commit would differ). So is one of the same jobs (job keys: the same code,
-    specs and seeds) computed on another kind of machine (:func:`~bench.leaderboard.verify.
-    same_hardware`), whose numbers differ by rounding alone: a re-run elsewhere does not replace
-    them; a change of code does."""
+    runtimes and commit would differ). So is one of the same jobs (job keys) computed on another
+    kind of machine (:func:`~bench.leaderboard.verify.same_hardware`), whose numbers differ by
+    rounding alone: a re-run elsewhere does not replace them; a change of code does."""
     from bench.leaderboard.gallery import collect
     from bench.leaderboard.verify import same_hardware, same_jobs, same_results
 

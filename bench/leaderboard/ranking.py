@@ -7,27 +7,24 @@ were produced by the same task spec, defense source, attack code and engine
 versions of an entry, the newest (latest job timestamp) is ranked and shown; the others stay in
 the store and are listed by :func:`superseded_versions`.
 
-- The **privacy score** of a job on a track is ``1 − max`` normalized leakage over the
-  threat's *successful* attacks (:func:`privacy_score`); a failed attack does not count as zero
-  leakage, it does not count at all. A job whose attacks all failed on a threat has no privacy
-  score there.
+- The **privacy score** of a job on a track is ``1 − max`` normalized leakage over the threat's
+  *successful* attacks (:func:`privacy_score`); a failed attack does not count (not as zero
+  leakage): a job whose attacks all failed on a threat has no privacy score there.
 - An entry's ``privacy_mean``/``utility_mean`` are means over its successful jobs (status
-  ``ok``); ``privacy_std``/``utility_std`` are *sample* standard deviations (``ddof=1``), NaN
-  for a single seed. Failed jobs are counted in ``failed`` and excluded from every mean; the
-  reason of the most recent one is ``last_failure``.
+  ``ok``); ``privacy_std``/``utility_std`` are *sample* standard deviations (``ddof=1``, NaN for
+  one seed). Failed jobs count in ``failed``, in no mean; the latest one's reason: ``last_failure``.
 - **Ranking** per track: only on a track whose gate is ``ranked`` (:mod:`bench.results.reference`:
   not attack-only, and the undefended run reaches its stated fraction of the task's central
   reference utility), among entries with at least one successful seed, a privacy score, a
   utility that keeps the track's floor (``utility_mean ≥ floor``, ``≤`` for a lower-is-better
   metric; the floor is a fraction of the reference where the task declares one), no job
-  refused (its defense broke the per-node contract, :mod:`bench.evaluation.sim_worker`), an ε —
-  where one is shown — that the attacks' empirical lower bound does not refute (a refuted ε is a
-  false claim: ``epsilon_exceeded``), and — for a committed entry — every
-  job its suite plans for its defense (not ``partial``: :mod:`bench.leaderboard.coverage`), by
-  ``privacy_mean`` descending, ties broken by utility (better first), then by label (ranks
-  ``1..k``, deterministic). Other entries are listed with rank ``<NA>``.
-- The **Pareto front** of a track: the entries (not partial) not dominated in ``(privacy_mean,
-  utility_mean)``, whether or not they keep the floor.
+  refused (its defense broke the per-node contract, :mod:`bench.evaluation.sim_worker`), an ε
+  (where shown) that the attacks' empirical lower bound does not refute (``epsilon_exceeded``),
+  and for a committed entry every job its suite plans for its defense (not ``partial``:
+  :mod:`bench.leaderboard.coverage`), by ``privacy_mean`` descending, ties broken by utility
+  (better first), then by label (ranks ``1..k``). Other entries have rank ``<NA>``.
+- The **Pareto front** of a track: the entries (not partial) not dominated in
+  ``(privacy_mean, utility_mean)``, floor or not.
 """
 
 from __future__ import annotations
@@ -142,9 +139,8 @@ class _RankedEntry:  # a row of entry_table while it is gathered: a defense's jo
     utility_metric: str | None = None
     epsilon: list[float] = field(default_factory=list)
     deltas: list[float] = field(default_factory=list)
-    #: how the jobs' ε were accounted (:func:`epsilon_basis_text` of each), in first-seen order
+    #: the jobs' ε bases (:func:`epsilon_basis_text`, :func:`epsilon_sampling_label`), first seen first
     bases: dict[str, None] = field(default_factory=dict)
-    #: the subsampling each ε rests on (:func:`epsilon_sampling_label`), in first-seen order
     samplings: dict[str, None] = field(default_factory=dict)
     epsilon_lb: list[float] = field(default_factory=list)
     claimed: bool = True
@@ -178,12 +174,10 @@ def entry_table(results: list[JobResult]) -> pd.DataFrame:
         One row per (track, defense label): privacy and utility means and sample standard
         deviations, the floor and metric, ``epsilon_mean`` (the mean verified ε over successful
         seeds; NaN without a guarantee or where the defense does not claim the track's threat
-        model, ``inf`` for ε = ∞), ``epsilon_delta``, ``epsilon_basis``
-        (:func:`epsilon_basis_text`), ``epsilon_sampling`` (the subsampling the ε rests on,
-        :func:`epsilon_sampling_label`: Poisson, fixed-size, full batch, epochs, no subsampling),
-        ``epsilon_lb`` (the track's membership attacks' empirical ε lower bound,
-        :mod:`bench.attacks.membership.epsilon`), ``epsilon_exceeded`` (the bound
-        refutes the ε), ``epsilon_unverified`` (a job claimed an ε the harness did not verify),
+        model, ``inf`` for ε = ∞), ``epsilon_delta``, ``epsilon_basis`` and ``epsilon_sampling``
+        (:func:`epsilon_basis_text`, :func:`epsilon_sampling_label`), ``epsilon_lb`` (the track's
+        membership attacks' empirical ε lower bound, :mod:`bench.attacks.membership.epsilon`),
+        ``epsilon_exceeded`` (it refutes the ε), ``epsilon_unverified`` (an unverified ε claimed),
         ``seeds``, ``failed``, ``last_failure`` (the most recent failed job's reason),
         ``runtime_mean``, one ``leakage:<attack>`` column per attack and variant, ``worst_attack``,
         ``claimed`` (``provenance["claims"]``), ``refused``, ``partial`` (why a committed entry
