@@ -217,6 +217,10 @@ def _gallery(args: argparse.Namespace, paths: list[Path], root: Path) -> int:
     if not args.entry and not args.changed_since:  # the suite's folder of entries
         paths = [p for p in paths if p.parent.name == args.suite]
     checked = files.validate(paths)
+    known = {t.track for e in checked for t in e.tracks}
+    for track in args.task or ():
+        if track not in known:
+            raise BenchInputError("--task", track, choices=known, reason="gallery takes tracks (task/threat)")
     failed = 0
     for path, entry in zip(paths, checked, strict=True):
         new, report = fill(

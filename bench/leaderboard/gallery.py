@@ -28,6 +28,7 @@ __all__ = [
     "check_images",
     "collect",
     "entry_images",
+    "place",
     "png_header_size",
     "png_size",
     "worst_grids",
@@ -65,16 +66,20 @@ def worst_grids(
     return {k: (v[3], v[2], v[1]) for k, v in best.items()}
 
 
+def place(png: Path, entry_dir: Path, label: str, track: str, attack: str, seed: int) -> GalleryImage:
+    """Copy the grid ``png`` of ``label`` on ``track`` under ``entry_dir/images/`` and describe it."""
+    rel = Path("images") / defense_id(label) / f"{_slug(track)}.png"
+    (entry_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(png, entry_dir / rel)
+    return GalleryImage(path=rel.as_posix(), sha256=_sha256(png), attack=attack, seed=seed)
+
+
 def collect(entry: Entry, results: list[JobResult], out_dir: Path | None, entry_dir: Path) -> Entry:
     """``entry`` with its galleries: each worst-case grid copied under ``entry_dir/images/``."""
     galleries = {}
     for (track, label), (png, attack, seed) in sorted(worst_grids(results, out_dir).items()):
-        if label != entry.defense.label:
-            continue
-        rel = Path("images") / defense_id(label) / f"{_slug(track)}.png"
-        (entry_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(png, entry_dir / rel)
-        galleries[track] = GalleryImage(path=rel.as_posix(), sha256=_sha256(png), attack=attack, seed=seed)
+        if label == entry.defense.label:
+            galleries[track] = place(png, entry_dir, label, track, attack, seed)
     return entry.model_copy(update={"galleries": galleries})
 
 

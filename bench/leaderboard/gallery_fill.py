@@ -21,21 +21,18 @@ grids).
 
 from __future__ import annotations
 
-import re
-import shutil
 import tempfile
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from bench.leaderboard import DEFAULT_TOLERANCE
-from bench.leaderboard.entry import Entry, GalleryImage, JobSummary, defense_id
-from bench.leaderboard.gallery import _sha256, _slug
+from bench.leaderboard.entry import Entry, JobSummary
+from bench.leaderboard.gallery import place
 from bench.leaderboard.verify import rerun_jobs
 
 #: seeds tried per track before giving up on a grid
 MAX_TRIES = 3
-#: the job a verify report line is about: ``"<task> seed <n>: …"``
-_RUN = re.compile(r"^(\S+) seed (\d+):")
 
 
 @dataclass
@@ -60,19 +57,14 @@ def candidates(entry: Entry, track: str) -> list[tuple[float, int, str]]:
     return sorted(out)
 
 
-def image_tasks(root: Path, tasks: set[str]) -> set[str]:
-    """The tasks of ``tasks`` whose inputs are images (``C × H × W``)."""
+@cache
+def is_image_task(root: Path, name: str) -> bool:
+    """Whether task ``name``'s inputs are images (``C × H × W``); asked once per task."""
     from bench.data import load_dataset
     from bench.spec.catalog import Catalog
 
-    catalog = Catalog(root)
-    out = set()
-    for name in sorted(tasks):
-        sim = catalog.task(name).simulation
-        data = load_dataset(sim.dataset, seed=0, **dict(sim.dataset_params))
-        if len(data.train.input_shape) == 3:
-            out.add(name)
-    return out
+    sim = Catalog(root).task(name).simulation
+    return len(load_dataset(sim.dataset, seed=0, **dict(sim.dataset_params)).train.input_shape) == 3
 
 
 def fill(
@@ -91,8 +83,7 @@ def fill(
     wanted = [t.track for t in entry.tracks if t.track not in entry.galleries]
     if tracks is not None:
         wanted = [t for t in wanted if t in set(tracks)]
-    images = image_tasks(root, {t.rsplit("/", 1)[0] for t in wanted})
-    wanted = [t for t in wanted if t.rsplit("/", 1)[0] in images]
+    wanted = [t for t in wanted if is_image_task(root, t.rsplit("/", 1)[0])]
     galleries = dict(entry.galleries)
     jobs = {(j.task, j.seed): j for j in entry.jobs}
     tried: dict[str, list[tuple[float, int, str]]] = {t: candidates(entry, t) for t in wanted}
@@ -116,9 +107,7 @@ def fill(
                 entry, list(todo.values()), root, tolerance=tolerance, parallel=parallel, out_dir=out_dir
             )
             report.mismatches += rerun.mismatches + rerun.stale
-            for line in rerun.mismatches + rerun.stale:
-                if (m := _RUN.match(line)) is not None:
-                    bad.add((m[1], int(m[2])))
+            bad |= rerun.unreproduced
             done |= set(todo)
             for track in wanted:
                 task, threat = track.rsplit("/", 1)
@@ -132,12 +121,7 @@ def fill(
                         break  # the next candidate's job has not run yet
                     png = out_dir / "reconstructions" / jobs[(task, seed)].key / f"{threat}_{attack}.png"
                     if png.is_file():
-                        rel = Path("images") / defense_id(entry.defense.label) / f"{_slug(track)}.png"
-                        (entry_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(png, entry_dir / rel)
-                        galleries[track] = GalleryImage(
-                            path=rel.as_posix(), sha256=_sha256(png), attack=attack, seed=seed
-                        )
+                        galleries[track] = place(png, entry_dir, entry.defense.label, track, attack, seed)
                         report.added.append(track)
                         break
     report.missing = [t for t in wanted if t not in galleries]

@@ -70,6 +70,8 @@ class VerifyReport:
     rerun: list[tuple[str, int]] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    #: ``(task, seed)`` of the jobs behind ``mismatches`` and ``stale``
+    unreproduced: set[tuple[str, int]] = field(default_factory=set)
     #: the entry's and the re-run's :data:`NUMERIC_HARDWARE` when they differ (then the numbers
     #: are not expected to agree to the tolerance; see :func:`same_hardware`)
     hardware: tuple[dict[str, str], dict[str, str]] | None = None
@@ -238,6 +240,8 @@ def rerun_jobs(
     runnable = []
     for stated in chosen:
         job = by_run.get((stated.task, stated.seed))
+        if job is None or job.key != stated.key:  # stale: nothing to re-run
+            report.unreproduced.add((stated.task, stated.seed))
         if job is None:
             why = next((r for t, _, r in skipped if t == stated.task), "not planned")
             report.stale.append(f"{stated.task} seed {stated.seed}: the defense no longer applies ({why})")
@@ -269,8 +273,12 @@ def rerun_jobs(
             here = hardware_of(result.provenance)
             if not same_numeric_hardware(entry.hardware, here):
                 report.hardware = (entry.hardware, here)
-        if result is None:
-            report.mismatches.append(f"{stated.task} seed {stated.seed}: the re-run stored no result")
-            continue
-        report.mismatches += compare_jobs(stated, summarize(result), tolerance)
+        differs = (
+            compare_jobs(stated, summarize(result), tolerance)
+            if result is not None
+            else [f"{stated.task} seed {stated.seed}: the re-run stored no result"]
+        )
+        if differs:
+            report.unreproduced.add((stated.task, stated.seed))
+        report.mismatches += differs
     return report, results

@@ -363,3 +363,9 @@ def test_a_recorded_verification_carries_a_bounded_tolerance() -> None:
     for tol in ("1e9", "inf"):
         out = bench("leaderboard", "verify", "--entry", str(entry), "--record", "--tolerance", tol)
         assert out.returncode == 2 and "--tolerance" in out.stderr and "Traceback" not in out.stderr, tol
+
+
+def test_gallery_names_the_tracks_it_takes() -> None:
+    out = bench("leaderboard", "gallery", "--suite", "real", "--task", "mnist_mlp_fedsgd_cpu")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "'--task': 'mnist_mlp_fedsgd_cpu'" in out.stderr and "mnist_mlp_fedsgd_cpu/server" in out.stderr
